@@ -1,0 +1,3 @@
+from headtrace.cli import main
+
+main()

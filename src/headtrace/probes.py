@@ -1,0 +1,337 @@
+"""Probe batches: token ids plus, per example, the query position and every class's target positions.
+
+The screen only reads a `Probe`, so any batch that names a query and its targets can be screened.
+Two builders ship: the synthetic induction batch of the reference study (DESIGN.md §2), reproduced
+draw for draw, and a natural-text induction probe built from any corpus with the model's tokenizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from headtrace.errors import HeadtraceError
+
+# Selectivity classes in table order (ties in the best class keep this order).
+CLASSES: tuple[str, ...] = ("induction", "duplicate-token", "previous-token", "first-token", "self", "local")
+# Short names used in column names: sel_induction, mean_previous, ...
+CLASS_KEYS: dict[str, str] = {
+    "induction": "induction",
+    "duplicate-token": "duplicate",
+    "previous-token": "previous",
+    "first-token": "first",
+    "self": "self",
+    "local": "local",
+}
+# Channels the screen measures at the query: the six classes, the baseline, and the F6 null target.
+CHANNELS: tuple[str, ...] = tuple(CLASS_KEYS.values()) + ("baseline", "null")
+LOCAL_OFFSETS: tuple[int, ...] = (2, 3, 4, 5)
+BASELINE_SIZE = 50
+BASELINE_SEED = 0
+NULL_SEED = 1
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A batch of n sequences of length L with per-example query and target positions.
+
+    Position arrays use -1 for "undefined in this example" (an invalid induction example has no
+    induction or duplicate target); `baseline` rows are padded with -1.
+    """
+
+    input_ids: np.ndarray  # [n, L] int64
+    query: np.ndarray  # [n] position whose attention row is screened
+    answer: np.ndarray  # [n] token id expected after the query (B), for capability
+    induction: np.ndarray  # [n] key position of the token after the earlier occurrence (ab + 1)
+    duplicate: np.ndarray  # [n] key position of the earlier occurrence of the query token (ab)
+    local: np.ndarray  # [n, 4] q-2 .. q-5
+    baseline: np.ndarray  # [n, K] non-special positions, -1 padded
+    null: np.ndarray  # [n] one random non-special, non-target position (noise floor, F6)
+    description: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    @property
+    def valid(self) -> np.ndarray:
+        """Examples where the induction and duplicate targets are defined."""
+        return self.induction >= 0
+
+    @property
+    def n_valid(self) -> int:
+        return int(self.valid.sum())
+
+    def target_positions(self) -> dict[str, np.ndarray]:
+        """Single-position targets per class key ([n], -1 = undefined)."""
+        return {
+            "induction": self.induction,
+            "duplicate": self.duplicate,
+            "previous": self.query - 1,
+            "first": np.zeros_like(self.query),
+            "self": self.query,
+            "null": self.null,
+        }
+
+    def key_weights(self, rows: slice) -> np.ndarray:
+        """Weights [b, len(CHANNELS), L] over key positions: the attention a query row pays to a
+        channel's targets, averaged over them, is the dot product of that row with these weights."""
+        b = len(range(*rows.indices(self.n)))
+        weights = np.zeros((b, len(CHANNELS), self.seq_len), dtype=np.float32)
+        index = np.arange(b)
+        single = self.target_positions()
+        for c, name in enumerate(CHANNELS):
+            if name in single:
+                pos = single[name][rows]
+                ok = pos >= 0
+                weights[index[ok], c, pos[ok]] = 1.0
+        for c, positions in ((CHANNELS.index("local"), self.local), (CHANNELS.index("baseline"), self.baseline)):
+            pos = positions[rows]
+            ok = pos >= 0
+            counts = np.maximum(ok.sum(axis=1, keepdims=True), 1)
+            row_index = np.broadcast_to(index[:, None], pos.shape)
+            np.add.at(weights[:, c, :], (row_index[ok], pos[ok]), np.broadcast_to(1.0 / counts, pos.shape)[ok])
+        return weights
+
+    def channel_defined(self) -> np.ndarray:
+        """[n, len(CHANNELS)] bool: whether each channel has a target in each example."""
+        single = self.target_positions()
+        cols = []
+        for name in CHANNELS:
+            if name in single:
+                cols.append(single[name] >= 0)
+            elif name == "local":
+                cols.append((self.local >= 0).any(axis=1))
+            else:
+                cols.append((self.baseline >= 0).any(axis=1))
+        return np.stack(cols, axis=1)
+
+    def subset(self, rows: slice | np.ndarray) -> "Probe":
+        return Probe(
+            input_ids=self.input_ids[rows],
+            query=self.query[rows],
+            answer=self.answer[rows],
+            induction=self.induction[rows],
+            duplicate=self.duplicate[rows],
+            local=self.local[rows],
+            baseline=self.baseline[rows],
+            null=self.null[rows],
+            description=dict(self.description),
+        )
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Fail clearly when the probe's ids do not fit the model's vocabulary."""
+        top = int(self.input_ids.max())
+        if top >= vocab_size:
+            raise HeadtraceError(
+                f"probe token ids reach {top} but the model's vocabulary has {vocab_size} entries; "
+                f"pass --id-high {vocab_size} (a different batch, recorded in the config)"
+            )
+
+
+def special_positions(query: int) -> set[int]:
+    """Positions never used as baseline or null: first token, query, previous token and local window."""
+    return {0, query, query - 1} | {query - k for k in LOCAL_OFFSETS}
+
+
+def baseline_positions(query: int, size: int = BASELINE_SIZE, seed: int = BASELINE_SEED) -> np.ndarray:
+    """The reference baseline: `size` distinct positions drawn by repeated `randint(1, T-1)` from
+    `RandomState(seed)`, skipping special ones (T = query + 1). Fewer if fewer exist."""
+    available = set(range(1, query)) - special_positions(query)
+    size = min(size, len(available))
+    rng = np.random.RandomState(seed)
+    chosen: list[int] = []
+    while len(chosen) < size:
+        pos = int(rng.randint(1, query))
+        if pos not in chosen and pos in available:
+            chosen.append(pos)
+    return np.array(chosen, dtype=np.int64)
+
+
+def _null_positions(query: np.ndarray, avoid: Sequence[np.ndarray], seed: int) -> np.ndarray:
+    """One random non-special position per example that is none of its class targets."""
+    rng = np.random.RandomState(seed)
+    null = np.empty(len(query), dtype=np.int64)
+    for i, q in enumerate(query):
+        excluded = special_positions(int(q)) | {int(a[i]) for a in avoid}
+        while True:
+            pos = int(rng.randint(1, q))
+            if pos not in excluded:
+                null[i] = pos
+                break
+    return null
+
+
+@dataclass(frozen=True)
+class SyntheticInductionSpec:
+    """The reference's synthetic induction batch (DESIGN.md §2)."""
+
+    n_examples: int = 2000
+    seq_len: int = 256
+    seed: int = 42
+    id_low: int = 100
+    id_high: int = 10000
+    bos_token_id: int | None = None  # prepend this token (sequence grows by one)
+
+    def validate(self) -> None:
+        if self.n_examples < 1:
+            raise HeadtraceError(f"n-examples must be >= 1 (got {self.n_examples})")
+        if self.seq_len < 2 * 21 + 2:
+            raise HeadtraceError(
+                f"seq-len must be >= 44 so the first pair fits in [20, T/2) (got {self.seq_len})"
+            )
+        if self.id_high - self.id_low < 2:
+            raise HeadtraceError(f"id range [{self.id_low}, {self.id_high}) must hold at least 2 ids")
+        if self.id_low < 0:
+            raise HeadtraceError(f"id-low must be >= 0 (got {self.id_low})")
+
+
+def synthetic_induction(spec: SyntheticInductionSpec = SyntheticInductionSpec()) -> Probe:
+    """Build the synthetic induction batch exactly as the reference does, draw for draw."""
+    spec.validate()
+    n, T, lo, hi = spec.n_examples, spec.seq_len, spec.id_low, spec.id_high
+    rng = np.random.RandomState(spec.seed)
+    pool = np.arange(lo, hi)
+    ids = np.empty((n, T), dtype=np.int64)
+    answer = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        seq = rng.randint(lo, hi, size=T)
+        a, b = rng.choice(pool, 2, replace=False)
+        ab = rng.randint(20, T // 2)
+        seq[ab], seq[ab + 1] = a, b
+        # Replace every other occurrence of A, then of B, scanning k = 0..T-1; one draw each, and
+        # a replacement is not re-checked (it only changes its own position, so scan positions first).
+        for token, keep in ((a, ab), (b, ab + 1)):
+            for k in np.flatnonzero(seq == token):
+                if k != keep:
+                    seq[k] = rng.randint(lo, hi)
+        seq[T - 1] = a
+        ids[i] = seq
+        answer[i] = b
+
+    ab = _recover_ab(ids, answer, T - 1)
+    offset = 0
+    if spec.bos_token_id is not None:
+        ids = np.concatenate([np.full((n, 1), spec.bos_token_id, dtype=np.int64), ids], axis=1)
+        offset = 1
+    query_pos = T - 1 + offset
+    query = np.full(n, query_pos, dtype=np.int64)
+    induction = np.where(ab >= 0, ab + 1 + offset, -1)
+    duplicate = np.where(ab >= 0, ab + offset, -1)
+    base = baseline_positions(query_pos)
+    return Probe(
+        input_ids=ids,
+        query=query,
+        answer=answer,
+        induction=induction,
+        duplicate=duplicate,
+        local=np.tile(query_pos - np.array(LOCAL_OFFSETS, dtype=np.int64), (n, 1)),
+        baseline=np.tile(base, (n, 1)),
+        null=_null_positions(query, (induction, duplicate), NULL_SEED),
+        description={"kind": "synthetic-induction", **spec.__dict__},
+    )
+
+
+def _recover_ab(ids: np.ndarray, answer: np.ndarray, query: int) -> np.ndarray:
+    """Per example, ab = p - 1 for the unique p < query holding B with A at p - 1; else -1."""
+    ab = np.full(len(ids), -1, dtype=np.int64)
+    for i, (seq, b) in enumerate(zip(ids, answer)):
+        hits = np.flatnonzero(seq[:query] == b)
+        if len(hits) == 1 and hits[0] >= 1 and seq[hits[0] - 1] == seq[query]:
+            ab[i] = hits[0] - 1
+    return ab
+
+
+def natural_text_induction(
+    texts: Iterable[str],
+    tokenizer,
+    max_len: int = 256,
+    min_gap: int = 20,
+    max_examples: int | None = None,
+    prepend_bos: bool = False,
+) -> Probe:
+    """An induction probe from real text.
+
+    Per document (tokenized, truncated to `max_len`): the first token T, followed by S, that recurs
+    at least `min_gap` tokens later. Query at T's latest recurrence, induction target at S,
+    duplicate target at T's first position, answer S. Documents without such a token are skipped.
+    Rows are right-padded with the tokenizer's pad (or EOS) id; causal attention never sees it.
+    """
+    rows: list[tuple[list[int], int, int]] = []  # (ids, first position of T, query)
+    offset = 1 if prepend_bos else 0
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"][: max_len - offset]
+        if prepend_bos:
+            if tokenizer.bos_token_id is None:
+                raise HeadtraceError("the tokenizer has no BOS token; drop --prepend-bos")
+            ids = [tokenizer.bos_token_id] + ids
+        found = _first_recurring_pair(ids, min_gap, start=offset)
+        if found is not None:
+            rows.append((ids, *found))
+        if max_examples is not None and len(rows) >= max_examples:
+            break
+    if not rows:
+        raise HeadtraceError(
+            f"no document holds a token that recurs at least {min_gap} tokens later; give longer texts"
+        )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    length = max(len(ids) for ids, _, _ in rows)
+    n = len(rows)
+    input_ids = np.full((n, length), pad, dtype=np.int64)
+    query = np.empty(n, dtype=np.int64)
+    first_t = np.empty(n, dtype=np.int64)
+    for i, (ids, t_pos, q) in enumerate(rows):
+        input_ids[i, : len(ids)] = ids
+        query[i], first_t[i] = q, t_pos
+    induction = first_t + 1
+    baseline = np.full((n, BASELINE_SIZE), -1, dtype=np.int64)
+    for i, q in enumerate(query):
+        base = baseline_positions(int(q))
+        baseline[i, : len(base)] = base
+    return Probe(
+        input_ids=input_ids,
+        query=query,
+        answer=input_ids[np.arange(n), induction],
+        induction=induction,
+        duplicate=first_t,
+        local=query[:, None] - np.array(LOCAL_OFFSETS, dtype=np.int64)[None, :],
+        baseline=baseline,
+        null=_null_positions(query, (induction, first_t), NULL_SEED),
+        description={"kind": "natural-text-induction", "max_len": max_len, "min_gap": min_gap,
+                     "prepend_bos": prepend_bos, "n_documents_used": n},
+    )
+
+
+def _first_recurring_pair(ids: list[int], min_gap: int, start: int) -> tuple[int, int] | None:
+    """(first position of T, its latest recurrence) for the first T recurring >= min_gap later."""
+    last_seen: dict[int, int] = {}
+    for pos, token in enumerate(ids):
+        last_seen[token] = pos
+    for pos in range(start, len(ids) - 1):
+        latest = last_seen[ids[pos]]
+        if latest - pos >= min_gap and latest >= max(LOCAL_OFFSETS) + 2:
+            return pos, latest
+    return None
+
+
+def read_texts(path: str) -> list[str]:
+    """Documents from a .jsonl file (a "text" field per line) or a text file (blank-line separated)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            content = handle.read()
+    except OSError as exc:
+        raise HeadtraceError(f"cannot read texts file '{path}': {exc.strerror}") from None
+    if path.endswith(".jsonl"):
+        try:
+            return [json.loads(line)["text"] for line in content.splitlines() if line.strip()]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise HeadtraceError(f"'{path}' is not JSON lines with a \"text\" field ({exc})") from None
+    return [doc.strip() for doc in content.split("\n\n") if doc.strip()]

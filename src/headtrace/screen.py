@@ -1,0 +1,436 @@
+"""The screen: every head classified in one streamed pass over a probe.
+
+How a pass works. headtrace registers an attention implementation with transformers that wraps
+SDPA. While a screen runs, it appends to each layer's value vectors one channel per measured
+target (the six classes, the baseline and the null target), holding the example's key weights for
+that target. SDPA then returns, next to the head outputs, the exact attention each query row pays
+to each target, at the cost of a few extra value dimensions and without ever materialising an
+attention pattern. From those channels the screen keeps only per-head sums: the query row for the
+classes, every row of the first-token channel for Gu et al.'s sink score. A pre-hook on each
+output projection accumulates the Gram matrix of the per-head outputs at the query for the
+participation ratio, and logits are computed at the query position only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from headtrace import __version__
+from headtrace.errors import HeadtraceError
+from headtrace.models import ModelAdapter, head_id
+from headtrace.probes import CHANNELS, CLASS_KEYS, CLASSES, Probe
+from headtrace.spectral import GramAccumulator
+
+ATTENTION_IMPLEMENTATION = "headtrace"
+SELECTIVITY_FLOOR = 1e-8  # baseline floor in the ratio, as in the reference
+
+
+@dataclass(frozen=True)
+class ScreenConfig:
+    """What a screen measures and how; `config_hash` covers every field that changes results."""
+
+    n_examples: int = 2000
+    seq_len: int = 256
+    seed: int = 42
+    id_low: int = 100
+    id_high: int = 10000
+    prepend_bos: bool = False
+    probe: str = "synthetic"  # synthetic | natural
+    texts: str | None = None  # natural probe: a .txt (blank-line separated) or .jsonl ("text") file
+    dtype: str = "float32"
+    device: str = "cpu"
+    batch_size: int = 16
+    label_threshold: float = 30.0
+    induction_threshold: float = 50.0
+    previous_threshold: float = 100.0
+    sink_threshold: float = 30.0
+    gu_sink_epsilon: float = 0.3
+
+    # Fields that do not change results (up to float rounding): left out of the hash.
+    _NOT_HASHED = ("batch_size",)
+
+    def validate(self) -> None:
+        if self.n_examples < 1:
+            raise HeadtraceError(f"n-examples must be >= 1 (got {self.n_examples})")
+        if self.batch_size < 1:
+            raise HeadtraceError(f"batch-size must be >= 1 (got {self.batch_size})")
+        if self.probe not in ("synthetic", "natural"):
+            raise HeadtraceError(f"unknown probe '{self.probe}'; use synthetic or natural")
+        if self.probe == "natural" and not self.texts:
+            raise HeadtraceError("the natural probe needs --texts FILE (a .txt or .jsonl corpus)")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def config_hash(self) -> str:
+        fields = {k: v for k, v in self.to_dict().items() if k not in self._NOT_HASHED}
+        if self.texts:
+            fields["texts"] = _file_digest(self.texts)
+        payload = json.dumps({"schema": SCHEMA_VERSION, **fields}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+SCHEMA_VERSION = 1
+
+
+def _file_digest(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError as exc:
+        raise HeadtraceError(f"cannot read texts file '{path}': {exc.strerror}") from None
+
+
+@dataclass
+class ScreenResult:
+    """A screen's two tidy tables: one row per head, and the run record (one row)."""
+
+    heads: pd.DataFrame
+    run: pd.DataFrame
+
+    def summary(self) -> dict:
+        run = self.run.iloc[0]
+        circuit = self.heads.loc[self.heads.induction_circuit].sort_values("sel_induction", ascending=False)
+        return {
+            "induction_circuit": list(circuit.head_id),
+            "sink_fraction": float(run.sink_fraction),
+            "top1": float(run.top1),
+            "underflow_heads": int(self.heads.baseline_underflow.sum()),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# The attention tap: SDPA with target channels appended to the values.
+
+
+class _LayerTap:
+    """Per-layer accumulators, fed by the attention implementation during a screen."""
+
+    def __init__(self, n_heads: int, device: torch.device, acc_dtype: torch.dtype):
+        self.channel_sums = torch.zeros(n_heads, len(CHANNELS), device=device, dtype=acc_dtype)
+        self.first_token_sums = torch.zeros(n_heads, device=device, dtype=acc_dtype)
+
+
+class _Batch:
+    """The current micro-batch's per-example targets, on the model's device."""
+
+    def __init__(self, probe: Probe, rows: slice, device: torch.device, dtype: torch.dtype, acc_dtype):
+        self.query = torch.as_tensor(probe.query[rows], device=device)
+        self.key_weights = torch.as_tensor(probe.key_weights(rows), device=device).transpose(1, 2).to(dtype)
+        self.defined = torch.as_tensor(probe.channel_defined()[rows], device=device, dtype=acc_dtype)
+        positions = torch.arange(probe.seq_len, device=device)
+        rows_upto_query = (positions[None, :] <= self.query[:, None]).to(acc_dtype)
+        # Gu et al.: mean over every query row up to and including the probe's query.
+        self.row_weights = rows_upto_query / rows_upto_query.sum(dim=1, keepdim=True)
+        self.index = torch.arange(len(self.query), device=device)
+
+
+class _ActiveScreen:
+    """Connects attention modules to their taps while a screen runs."""
+
+    def __init__(self, adapter: ModelAdapter, taps: list[_LayerTap]):
+        self.adapter = adapter
+        self.taps = taps
+        self.batch: _Batch | None = None
+
+    def tap_for(self, module: torch.nn.Module) -> _LayerTap | None:
+        layer = self.adapter.layer_of_attention.get(id(module))
+        return None if layer is None else self.taps[layer]
+
+
+_SCREENS: list[_ActiveScreen] = []
+
+
+def probe_attention(module, query, key, value, attention_mask, **kwargs):
+    """SDPA plus per-target attention channels (see the module docstring)."""
+    screen = _SCREENS[-1] if _SCREENS else None
+    tap = screen.tap_for(module) if screen else None
+    if tap is None or screen.batch is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    batch = screen.batch
+    b, kv_heads, length, dim = value.shape
+    extra = batch.key_weights[:, None].expand(b, kv_heads, length, len(CHANNELS)).to(value.dtype)
+    out, _ = sdpa_attention_forward(module, query, key, torch.cat([value, extra], dim=-1), attention_mask, **kwargs)
+    channels = out[..., dim:].to(tap.channel_sums.dtype)  # [b, L, heads, C]
+    at_query = channels[batch.index, batch.query]  # [b, heads, C]
+    tap.channel_sums += torch.einsum("bhc,bc->hc", at_query, batch.defined)
+    first = channels[..., CHANNELS.index("first")]  # [b, L, heads]
+    tap.first_token_sums += torch.einsum("blh,bl->h", first, batch.row_weights)
+    return out[..., :dim], None
+
+
+AttentionInterface.register(ATTENTION_IMPLEMENTATION, probe_attention)
+
+
+@contextlib.contextmanager
+def attention_tap(adapter: ModelAdapter, taps: list[_LayerTap]) -> Iterator[_ActiveScreen]:
+    """Route the model's attention through `probe_attention` for the duration of a screen."""
+    screen = _ActiveScreen(adapter, taps)
+    config = adapter.model.config
+    previous = config._attn_implementation
+    config._attn_implementation = ATTENTION_IMPLEMENTATION
+    _SCREENS.append(screen)
+    try:
+        yield screen
+    finally:
+        _SCREENS.remove(screen)
+        config._attn_implementation = previous
+
+
+@contextlib.contextmanager
+def head_output_hooks(adapter: ModelAdapter, fn: Callable[[int, torch.Tensor], None]) -> Iterator[None]:
+    """Call fn(layer, per_head_outputs [b, L, heads, dim]) with each output projection's input."""
+    layout = adapter.layout
+
+    def make_hook(layer: int):
+        def hook(_module, args):
+            x = args[0]
+            fn(layer, x.view(*x.shape[:-1], layout.n_heads, layout.head_dim))
+
+        return hook
+
+    handles = [proj.register_forward_pre_hook(make_hook(l)) for l, proj in enumerate(adapter.out_proj)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+# --------------------------------------------------------------------------------------------
+# Capability at the query.
+
+
+class CapabilityAccumulator:
+    """Top-1, top-5, cross-entropy and mean logit of the answer token, summed over examples."""
+
+    def __init__(self, device: torch.device, acc_dtype: torch.dtype):
+        self.sums = torch.zeros(4, device=device, dtype=acc_dtype)
+        self.count = 0
+
+    def add(self, logits: torch.Tensor, answer: torch.Tensor) -> None:
+        logits = logits.float()
+        answer_logit = logits.gather(1, answer[:, None])[:, 0]
+        rank = (logits > answer_logit[:, None]).sum(dim=1)
+        loss = torch.logsumexp(logits, dim=1) - answer_logit
+        stats = torch.stack([(rank < 1).float(), (rank < 5).float(), loss, answer_logit], dim=1)
+        self.sums += stats.to(self.sums.dtype).sum(dim=0)
+        self.count += len(answer)
+
+    def result(self) -> dict[str, float]:
+        top1, top5, loss, logit = (self.sums / max(self.count, 1)).tolist()
+        return {"top1": top1, "top5": top5, "loss": loss, "mean_logit_answer": logit}
+
+
+def capability_from_logits(logits: torch.Tensor, answer: torch.Tensor) -> dict[str, float]:
+    acc = CapabilityAccumulator(logits.device, torch.float64)
+    acc.add(logits, answer)
+    return acc.result()
+
+
+# --------------------------------------------------------------------------------------------
+# The pass.
+
+
+def accumulation_dtype(device: torch.device) -> torch.dtype:
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def micro_batches(n: int, batch_size: int) -> list[slice]:
+    return [slice(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
+
+
+def screen(
+    adapter: ModelAdapter,
+    probe: Probe,
+    config: ScreenConfig = ScreenConfig(),
+    model_name: str = "",
+    revision: str | None = None,
+    tokens: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScreenResult:
+    """Screen every head of `adapter`'s model on `probe` in one streamed pass."""
+    config.validate()
+    probe.check_vocab(adapter.vocab_size)
+    if adapter.max_positions is not None and probe.seq_len > adapter.max_positions:
+        raise HeadtraceError(
+            f"probe length {probe.seq_len} exceeds the model's context of {adapter.max_positions} tokens; "
+            f"pass --seq-len {adapter.max_positions} or less"
+        )
+    layout, device = adapter.layout, adapter.device
+    acc_dtype = accumulation_dtype(device)
+    taps = [_LayerTap(layout.n_heads, device, acc_dtype) for _ in range(layout.n_layers)]
+    grams = [GramAccumulator(layout.n_heads, layout.head_dim, device, acc_dtype) for _ in range(layout.n_layers)]
+    capability = CapabilityAccumulator(device, acc_dtype)
+    started = time.time()
+    t0 = time.perf_counter()
+
+    with torch.inference_mode(), attention_tap(adapter, taps) as active:
+
+        def keep_query_outputs(layer: int, heads: torch.Tensor) -> None:
+            grams[layer].add(heads[active.batch.index, active.batch.query])
+
+        with head_output_hooks(adapter, keep_query_outputs):
+            for rows in micro_batches(probe.n, config.batch_size):
+                active.batch = _Batch(probe, rows, device, adapter.dtype, acc_dtype)
+                hidden = adapter.hidden_states(torch.as_tensor(probe.input_ids[rows], device=device))
+                logits = adapter.logits_at(hidden, active.batch.query)
+                capability.add(logits, torch.as_tensor(probe.answer[rows], device=device))
+                if progress is not None:
+                    progress(rows.stop - rows.start, probe.n)
+        active.batch = None
+
+    wall = time.perf_counter() - t0
+    heads = _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens)
+    run = _run_record(adapter, probe, config, heads, capability.result(), model_name, revision, tokens, wall, started)
+    return ScreenResult(heads=heads, run=run)
+
+
+def _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens) -> pd.DataFrame:
+    layout = adapter.layout
+    counts = probe.channel_defined().sum(axis=0).astype(np.float64)  # examples per channel
+    sums = np.stack([tap.channel_sums.double().cpu().numpy() for tap in taps])  # [layers, heads, C]
+    means = sums / np.maximum(counts, 1)[None, None, :]
+    means[..., counts == 0] = np.nan
+    sink_score = np.stack([tap.first_token_sums.double().cpu().numpy() for tap in taps]) / probe.n
+    pr = np.stack([np.stack(g.participation_ratios(), axis=-1) for g in grams])  # [layers, heads, 2]
+
+    layer_idx, head_idx = np.meshgrid(np.arange(layout.n_layers), np.arange(layout.n_heads), indexing="ij")
+    table = pd.DataFrame(
+        {
+            "model": model_name,
+            "revision": revision or "",
+            "tokens": np.float64(np.nan if tokens is None else tokens),
+            "layer": layer_idx.ravel().astype(np.int32),
+            "head": head_idx.ravel().astype(np.int32),
+            "head_id": [head_id(l, h) for l, h in zip(layer_idx.ravel(), head_idx.ravel())],
+        }
+    )
+    for c, name in enumerate(CHANNELS):
+        table[f"mean_{name}"] = means[..., c].ravel()
+    baseline = table["mean_baseline"].to_numpy()
+    denominator = np.maximum(baseline, SELECTIVITY_FLOOR)
+    for name in list(CLASS_KEYS.values()) + ["null"]:
+        table[f"sel_{name}"] = table[f"mean_{name}"].to_numpy() / denominator
+    add_labels(table, config)
+    table["sink_score"] = sink_score.ravel()
+    table["gu_sink"] = table["sink_score"] > config.gu_sink_epsilon
+    table["pr"] = pr[..., 0].ravel()
+    table["pr_cov"] = pr[..., 1].ravel()
+    # The baseline lost precision (or flushed to zero) in the compute dtype: its ratios are unreliable.
+    tiny = torch.finfo(adapter.dtype).tiny
+    table["baseline_underflow"] = baseline < max(tiny, SELECTIVITY_FLOOR)
+    return table
+
+
+def add_labels(table: pd.DataFrame, config: ScreenConfig) -> None:
+    """Best class, label and all-head screen memberships from the selectivity columns (in place)."""
+    sel = table[[f"sel_{CLASS_KEYS[c]}" for c in CLASSES]].to_numpy()
+    filled = np.where(np.isnan(sel), -np.inf, sel)
+    best = filled.argmax(axis=1)  # first maximum: ties keep the table order
+    best_value = filled[np.arange(len(sel)), best]
+    table["best_class"] = np.array(CLASSES, dtype=object)[best]
+    table["best_selectivity"] = np.where(np.isfinite(best_value), best_value, np.nan)
+    table["label"] = np.where(best_value >= config.label_threshold, table["best_class"], "unclassified")
+    table["induction_circuit"] = table["sel_induction"] >= config.induction_threshold
+    table["previous_circuit"] = table["sel_previous"] >= config.previous_threshold
+    table["sink"] = table["sel_first"] >= config.sink_threshold
+
+
+def _versions() -> dict[str, str]:
+    import transformers
+
+    return {"headtrace_version": __version__, "torch_version": torch.__version__,
+            "transformers_version": transformers.__version__}
+
+
+def _run_record(adapter, probe, config, heads, capability, model_name, revision, tokens, wall, started) -> pd.DataFrame:
+    layout = adapter.layout
+    record = {
+        "model": model_name,
+        "revision": revision or "",
+        "tokens": np.nan if tokens is None else float(tokens),
+        "architecture": adapter.model_type,
+        "n_layers": layout.n_layers,
+        "n_heads": layout.n_heads,
+        "n_kv_heads": layout.n_kv_heads,
+        "head_dim": layout.head_dim,
+        "probe": probe.description.get("kind", "custom"),
+        "n_examples": probe.n,
+        "n_valid": probe.n_valid,
+        "seq_len": probe.seq_len,
+        "dtype": str(adapter.dtype).removeprefix("torch."),
+        "device": str(adapter.device),
+        **capability,
+        "n_induction_heads": int(heads.induction_circuit.sum()),
+        "n_previous_heads": int(heads.previous_circuit.sum()),
+        "n_sink_heads": int(heads.sink.sum()),
+        "sink_fraction": float(heads.sink.mean()),
+        "gu_sink_fraction": float(heads.gu_sink.mean()),
+        "n_underflow_heads": int(heads.baseline_underflow.sum()),
+        "config_hash": config.config_hash,
+        "config_json": json.dumps(config.to_dict(), sort_keys=True),
+        "wall_s": wall,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        **_versions(),
+    }
+    return pd.DataFrame([record])
+
+
+# --------------------------------------------------------------------------------------------
+# One checkpoint, end to end: what `headtrace screen` and a notebook call.
+
+
+def build_probe(config: ScreenConfig, tokenizer_loader: Callable[[], object]) -> Probe:
+    """The probe a config describes (the tokenizer is loaded only for BOS or natural text)."""
+    from headtrace.probes import SyntheticInductionSpec, natural_text_induction, read_texts, synthetic_induction
+
+    if config.probe == "natural":
+        return natural_text_induction(read_texts(config.texts), tokenizer_loader(), max_len=config.seq_len,
+                                      max_examples=config.n_examples, prepend_bos=config.prepend_bos)
+    bos = None
+    if config.prepend_bos:
+        bos = tokenizer_loader().bos_token_id
+        if bos is None:
+            raise HeadtraceError("the tokenizer has no BOS token; drop --prepend-bos")
+    spec = SyntheticInductionSpec(n_examples=config.n_examples, seq_len=config.seq_len, seed=config.seed,
+                                  id_low=config.id_low, id_high=config.id_high, bos_token_id=bos)
+    return synthetic_induction(spec)
+
+
+def screen_checkpoint(
+    model: str,
+    revision: str | None = None,
+    config: ScreenConfig = ScreenConfig(),
+    out: str | None = None,
+    tokens: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScreenResult:
+    """Load MODEL (hub id, directory or .gguf) at `revision`, screen it, optionally write Parquet to `out`.
+
+    >>> result = screen_checkpoint("EleutherAI/pythia-160m", revision="step3000")  # doctest: +SKIP
+    >>> result.heads.query("induction_circuit")[["head_id", "sel_induction"]]     # doctest: +SKIP
+    """
+    from headtrace.models import load_model, load_tokenizer
+    from headtrace.store import write_shard
+
+    config.validate()
+    adapter = load_model(model, revision=revision, dtype=config.dtype, device=config.device)
+    probe = build_probe(config, lambda: load_tokenizer(model, revision))
+    result = screen(adapter, probe, config, model_name=model, revision=revision, tokens=tokens, progress=progress)
+    if out is not None:
+        write_shard(out, result.heads, result.run)
+    return result

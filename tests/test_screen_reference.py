@@ -1,0 +1,80 @@
+"""The streamed screen equals a naive screen from full attention patterns, on every architecture."""
+
+import numpy as np
+import pytest
+import torch
+
+from headtrace.models import ModelAdapter
+from headtrace.probes import CHANNELS, SyntheticInductionSpec, synthetic_induction
+from headtrace.screen import ScreenConfig, screen
+from models_zoo import BUILDERS, tiny_model
+from naive import naive_screen
+
+SPEC = SyntheticInductionSpec(n_examples=24, seq_len=64)
+
+
+@pytest.fixture(scope="module")
+def probe():
+    return synthetic_induction(SPEC)
+
+
+@pytest.mark.parametrize("arch", sorted(BUILDERS))
+def test_screen_matches_full_attention_reference(arch, probe):
+    model = tiny_model(arch)
+    result = screen(ModelAdapter(model), probe, ScreenConfig(batch_size=5))
+    ref = naive_screen(model, probe)
+    heads = result.heads
+    layout = ModelAdapter(model).layout
+    shape = (layout.n_layers, layout.n_heads)
+    for name in CHANNELS:
+        got = heads[f"mean_{name}"].to_numpy().reshape(shape)
+        np.testing.assert_allclose(got, ref[name], rtol=1e-5, atol=1e-7, err_msg=f"{arch} {name}")
+    for name in ("induction", "duplicate", "previous", "first", "self", "local", "null"):
+        expected = ref[name] / np.maximum(ref["baseline"], 1e-8)
+        np.testing.assert_allclose(heads[f"sel_{name}"].to_numpy().reshape(shape), expected, rtol=1e-5)
+    np.testing.assert_allclose(heads.sink_score.to_numpy().reshape(shape), ref["sink_score"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(heads.pr.to_numpy().reshape(shape), ref["pr"], rtol=1e-5)
+    np.testing.assert_allclose(heads.pr_cov.to_numpy().reshape(shape), ref["pr_cov"], rtol=1e-4)
+    run = result.run.iloc[0]
+    for metric in ("top1", "top5", "loss", "mean_logit_answer"):
+        np.testing.assert_allclose(run[metric], ref[metric], rtol=1e-5, atol=1e-6)
+    # Attention is far from uniform in these models, so the comparison is not trivial.
+    assert heads.best_selectivity.max() > 3
+
+
+@pytest.mark.parametrize("arch", sorted(BUILDERS))
+def test_per_head_outputs_reconstruct_projection(arch, probe):
+    """Per-head slices of the projection input, pushed through their weight columns, sum to its output."""
+    model = tiny_model(arch)
+    adapter = ModelAdapter(model)
+    layout = adapter.layout
+    captured = {}
+    proj = adapter.out_proj[-1]
+    handle = proj.register_forward_hook(lambda m, a, out: captured.update(x=a[0], y=out))
+    with torch.no_grad():
+        model(torch.as_tensor(probe.input_ids[:3]))
+    handle.remove()
+    x = captured["x"].view(*captured["x"].shape[:-1], layout.n_heads, layout.head_dim)
+    weight = proj.weight if isinstance(proj, torch.nn.Linear) else proj.weight.T  # Conv1D stores [in, out]
+    per_head = [x[..., h, :] @ weight[:, h * layout.head_dim:(h + 1) * layout.head_dim].T
+                for h in range(layout.n_heads)]
+    bias = proj.bias if proj.bias is not None else 0.0
+    torch.testing.assert_close(sum(per_head) + bias, captured["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_batch_size_does_not_change_results(probe):
+    model = tiny_model("llama")
+    a = screen(ModelAdapter(model), probe, ScreenConfig(batch_size=1)).heads
+    b = screen(ModelAdapter(model), probe, ScreenConfig(batch_size=24)).heads
+    numeric = a.select_dtypes("number").columns
+    np.testing.assert_allclose(a[numeric].to_numpy(), b[numeric].to_numpy(), rtol=1e-5, atol=1e-8)
+    assert (a.label == b.label).all()
+
+
+def test_two_runs_are_bit_identical(probe):
+    model = tiny_model("gpt_neox")
+    a = screen(ModelAdapter(model), probe, ScreenConfig(batch_size=7))
+    b = screen(ModelAdapter(model), probe, ScreenConfig(batch_size=7))
+    assert a.heads.equals(b.heads)
+    metrics = ["top1", "top5", "loss", "mean_logit_answer", "config_hash"]
+    assert a.run[metrics].equals(b.run[metrics])
