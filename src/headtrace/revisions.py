@@ -40,7 +40,7 @@ def parse_revision(name: str, tokens_per_step: float | None = None) -> Revision:
     match = _STEP.match(name)
     if match:
         step = int(match.group(1))
-        return Revision(tokens=None if tokens_per_step is None else step * tokens_per_step, step=step, name=name)
+        return Revision(tokens=None if tokens_per_step is None else float(step * tokens_per_step), step=step, name=name)
     return Revision(tokens=None, step=None, name=name)
 
 
