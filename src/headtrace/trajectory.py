@@ -28,16 +28,15 @@ Criteria (defaults):
 - F4 early identification: recall of the final circuit (heads >= 50x at the last revision) reaches
   `early_recall` (2/3) within the first `early_share` (10%) of training tokens (the last revision's).
 - F5 spectral lead: PR is "elevated" at the first revision where it stands at least `pr_rise_fraction`
-  (0.5) of its largest rise above its running minimum, provided that largest rise is >= `pr_min_rise`
-  (1.0, one effective dimension). Why a rise above the running minimum: at initialisation PR is
-  either high (layer-0 heads see random-token embeddings: PR ~182 in the Pythia reference data,
-  which collapses during training) or ~2 (deeper heads: outputs dominated by one shared direction,
-  dipping to ~1.2 early on). A circuit's PR grows from that floor (L4H4: 1.3 -> 27 -> 48), while
-  the collapse from 182 is no elevation; scaling by the head's own largest rise makes the criterion
-  free of each head's and model's PR scale. Holds when the median lead over final-circuit heads is
-  > 0 revisions.
+  (0.5) of its largest rise above its running minimum, provided that rise is >= `pr_min_rise` (1.0,
+  one effective dimension): PR at initialisation is no baseline (Pythia's layer-0 heads start near
+  182 and collapse; deeper heads start near 2), so elevation is a rise from the floor reached so far,
+  scaled by the head's own largest rise. Holds when the median lead over final-circuit heads is > 0
+  revisions.
 - F6 noise floor: every induction-circuit head, at every revision, lies above that revision's null
   p99 (the `null_quantile` of `sel_null` over heads whose baseline did not underflow).
+
+docs/definitions.md ("Trajectories and findings") gives the reasons and the checks against the study.
 """
 
 from __future__ import annotations
@@ -563,8 +562,7 @@ def findings_markdown(table: pd.DataFrame, stones: pd.DataFrame) -> str:
         revision=stones["revision"].fillna("never"),
         tokens=stones["tokens"].map(lambda t: tokens_label(t) if np.isfinite(t) else ""),
         bracket=[f"{prev if isinstance(prev, str) else 'start'} < t <= {rev}" if isinstance(rev, str) else ""
-                 for prev, rev in
-                 zip(stones["previous_revision"], stones["revision"])],
+                 for prev, rev in zip(stones["previous_revision"], stones["revision"])],
     )[["model", "milestone", "revision", "tokens", "bracket"]]
     return "\n\n".join([
         "# headtrace findings",
