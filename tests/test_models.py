@@ -69,3 +69,12 @@ def test_gguf_loads_through_transformers(smollm2):
     assert smollm2.model_type == "llama"
     assert (layout.n_layers, layout.n_heads, layout.n_kv_heads, layout.head_dim) == (30, 9, 3, 64)
     assert smollm2.vocab_size == 49152
+
+
+def test_non_finite_weights_fail_the_load(tmp_path):
+    model = tiny_model("gpt_neox")
+    with torch.no_grad():
+        model.gpt_neox.layers[1].mlp.dense_h_to_4h.weight[0, 0] = float("nan")
+    model.save_pretrained(tmp_path / "nan")
+    with pytest.raises(HeadtraceError, match="NaN or inf weights in gpt_neox.layers.1.mlp"):
+        load_model(str(tmp_path / "nan"))
