@@ -172,10 +172,9 @@ def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
                   for kind in ("clean", "circuit", "random", "layers", "single")}
         seeds = values["random"]
         low, high = np.percentile(seeds, [2.5, 97.5]) if len(seeds) else (np.nan, np.nan)
+        once = {kind: values[kind][0] if len(values[kind]) else np.nan for kind in ("clean", "circuit", "layers")}
         rows.append({**dict(zip(keys, key)), "tokens": first["tokens"], "metric": metric,
-                     "circuit_heads": first["circuit_heads"],
-                     **{kind: v[0] if len(v) else np.nan for kind, v in values.items() if kind in
-                        ("clean", "circuit", "layers")},
+                     "circuit_heads": first["circuit_heads"], **once,
                      "random_mean": seeds.mean() if len(seeds) else np.nan, "random_low": low, "random_high": high,
                      "random_seeds": seeds, "singles": values["single"],
                      "single_heads": list(group.loc[group.condition == "single", "heads"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import io
+import itertools
 import json
 import re
 from importlib import resources
@@ -67,8 +68,8 @@ def _cell(value) -> str:
     return f"<td>{_e(value)}</td>"
 
 
-def _table(frame: pd.DataFrame, header: list[str] | None = None) -> str:
-    head = "".join(f"<th>{_e(c)}</th>" for c in (header or frame.columns))
+def _table(frame: pd.DataFrame) -> str:
+    head = "".join(f"<th>{_e(c)}</th>" for c in frame.columns)
     rows = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in frame.itertuples(index=False))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
@@ -123,19 +124,18 @@ def _gaps(gaps: list[str]) -> str:
 def page(data: PanelData, overview: list[Plot], per_model: dict[str, list[Plot]], ablation: Plot,
          svgs: dict[str, str]) -> str:
     """The whole page as one HTML string."""
-    counter = iter(range(1, 1000))
+    counter = itertools.count(1)
 
     def figures(plots: list[Plot]) -> str:
         return "".join(_figure(p, svgs[p.key], next(counter)) for p in plots)
 
     models = [p.name for p in data.panels]
-    gaps = panel_gaps(data)
     per_model_gaps = {p.name: model_gaps(p, data.config) for p in data.panels}
+    missing = _gaps(panel_gaps(data)) + "".join(f"<h3>{_e(m)}</h3>{_gaps(g)}" for m, g in per_model_gaps.items() if g)
     nav = ['<a href="#overview">Overview</a>', '<a href="#findings">Findings</a>']
     nav += [f'<a href="#model-{slug(m)}">{_e(m)}</a>' for m in models]
-    nav += ['<a href="#ablations">Ablations</a>', '<a href="#runs">Runs</a>']
-    if gaps or any(per_model_gaps.values()):
-        nav.append('<a href="#missing">Missing</a>')
+    nav += ['<a href="#ablations">Ablations</a>', '<a href="#runs">Runs</a>'] + (
+        ['<a href="#missing">Missing</a>'] if missing else [])
     sections = [f'<section id="overview"><h2>Overview</h2>{figures(overview)}</section>',
                 f'<section id="findings"><h2>Findings F1-F6</h2>{_findings(data)}</section>']
     for panel in data.panels:
@@ -146,7 +146,6 @@ def page(data: PanelData, overview: list[Plot], per_model: dict[str, list[Plot]]
             f"{_gaps(per_model_gaps[panel.name])}{figures(per_model[panel.name])}</section>")
     sections.append(f'<section id="ablations"><h2>Ablations</h2>{figures([ablation])}</section>')
     sections.append(f'<section id="runs"><h2>Runs</h2>{_metadata(data)}</section>')
-    missing = _gaps(gaps) + "".join(f"<h3>{_e(m)}</h3>{_gaps(g)}" for m, g in per_model_gaps.items() if g)
     if missing:
         sections.append(f'<section id="missing"><h2>What is missing</h2>{missing}</section>')
     notice = '<p class="gap">Some results are missing: <a href="#missing">what, and why</a>.</p>' if missing else ""
