@@ -20,6 +20,7 @@ demo: $(STAMP)
 	$(BIN)/headtrace demo
 
 test: $(STAMP)
+	bash scripts/ensure-chromium.sh
 	$(BIN)/python -m pytest
 
 clean:

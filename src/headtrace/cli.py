@@ -158,6 +158,18 @@ def import_reference(
     console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}")
 
 
+@app.command()
+def report(
+    results: Path = typer.Argument(..., help="Results directory (from screen, run or import-reference)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Report folder [RESULTS/report]."),
+) -> None:
+    """One self-contained HTML page of the panel's trajectories and findings, plus each figure as PNG and SVG."""
+    from headtrace.report import build_report
+
+    page = build_report(results, out)
+    console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)")
+
+
 def main() -> None:
     """Entry point: bad input ends with one line on stderr and exit code 2, never a traceback.
 

@@ -1,0 +1,229 @@
+"""The data behind each figure, taken from trajectory's tables (counts, milestones, findings, recall).
+
+Nothing here re-derives a screen or a finding: the figures draw what `headtrace findings` reports,
+so a number on the page is the number in findings.parquet.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from headtrace.probes import CLASSES
+from headtrace.store import HEADS, RUNS, read_results
+from headtrace.trajectory import (ModelPanel, TrajectoryConfig, final_circuit, findings, milestones, model_panels,
+                                  tokens_label)
+
+ABLATIONS = "ablations"
+LABEL_ORDER: tuple[str, ...] = CLASSES + ("unclassified",)
+SINK_MILESTONE, INDUCTION_MILESTONE = "sink fraction", "induction"  # prefixes of trajectory's milestone names
+MAX_GRID_REVISIONS = 12  # label-grid panels shown per model
+FALLBACK_HEADS = 3  # heads drawn when a model has no final circuit
+
+
+@dataclass
+class PanelData:
+    """One results directory, read once and analysed with trajectory's tables."""
+
+    results_dir: Path
+    runs: pd.DataFrame
+    config: TrajectoryConfig
+    panels: list[ModelPanel]
+    revisions: pd.DataFrame  # trajectory.revision_table, all models
+    milestones: pd.DataFrame
+    findings: pd.DataFrame
+    ablations: pd.DataFrame | None  # DIR/ablations/*.parquet, one row per condition; None when absent
+    unfinished: list[str]  # shards with a heads file but no run record
+
+    def panel(self, model: str) -> ModelPanel:
+        return next(p for p in self.panels if p.name == model)
+
+
+def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig()) -> PanelData:
+    """Read a results directory and compute every table the report draws."""
+    config.validate()
+    out = Path(results_dir)
+    heads, runs = read_results(out)
+    panels = model_panels(heads, runs, config)
+    revisions = pd.concat([p.revisions for p in panels], ignore_index=True)
+    return PanelData(results_dir=out, runs=runs, config=config, panels=panels, revisions=revisions,
+                     milestones=milestones(revisions, config), findings=findings(heads, runs, config),
+                     ablations=read_ablations(out), unfinished=unfinished_shards(out))
+
+
+def read_ablations(results_dir: Path) -> pd.DataFrame | None:
+    """Every ablation condition stored under DIR/ablations (the ablation stage's Parquet files)."""
+    paths = sorted((results_dir / ABLATIONS).glob("*.parquet"))
+    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True) if paths else None
+
+
+def unfinished_shards(results_dir: Path) -> list[str]:
+    """Shards whose heads file exists without its run record: being written, or interrupted."""
+    heads = {p.name for p in (results_dir / HEADS).glob("*.parquet")}
+    runs = {p.name for p in (results_dir / RUNS).glob("*.parquet")}
+    return sorted(name.removesuffix(".parquet") for name in heads - runs)
+
+
+# --------------------------------------------------------------------------------------------
+# Time axes.
+
+
+@dataclass(frozen=True)
+class TimeAxis:
+    """Where a model's revisions sit on a time axis: training tokens (log) when every revision's
+    tokens are known, else the training order."""
+
+    x: np.ndarray  # one value per revision
+    drawn: np.ndarray  # bool per revision: placeable (a log axis has no place for 0 tokens)
+    log: bool
+    names: list[str]
+
+    @property
+    def label(self) -> str:
+        return "training tokens" if self.log else "revision (training order; tokens unknown)"
+
+
+def time_axis(panel: ModelPanel) -> TimeAxis:
+    tokens = panel.tokens
+    if np.isfinite(tokens).all():
+        return TimeAxis(tokens, tokens > 0, True, panel.names)
+    return TimeAxis(np.arange(len(tokens), dtype=float), np.ones(len(tokens), bool), False, panel.names)
+
+
+def revision_label(name: str, tokens: float) -> str:
+    return f"{name} ({tokens_label(tokens)})" if np.isfinite(tokens) else name
+
+
+# --------------------------------------------------------------------------------------------
+# What each figure draws.
+
+
+def sink_curve(panel: ModelPanel) -> pd.DataFrame:
+    """Per revision: sink heads (first-token >= sink threshold), all heads, and their ratio."""
+    return panel.revisions[["revision", "tokens", "screen_sink", "n_heads", "screen_sink_fraction"]]
+
+
+def model_milestones(data: PanelData, model: str, prefix: str) -> pd.DataFrame:
+    """The model's milestones whose name starts with `prefix` (sink fraction / induction)."""
+    stones = data.milestones
+    return stones.loc[(stones.model == model) & stones.milestone.str.startswith(prefix)].reset_index(drop=True)
+
+
+def sink_layer_matrix(panel: ModelPanel) -> pd.DataFrame:
+    """Sink heads per layer: [layer x revision], revisions in training order."""
+    return panel.layers.pivot(index="layer", columns="revision", values="screen_sink").reindex(columns=panel.names)
+
+
+def label_grid(panel: ModelPanel, revision: str) -> pd.DataFrame:
+    """Each head's label at one revision: [layer x head]."""
+    rows = panel.heads.loc[panel.heads.revision == revision]
+    return rows.pivot(index="layer", columns="head", values="label")
+
+
+def grid_revisions(panel: ModelPanel, limit: int = MAX_GRID_REVISIONS) -> list[str]:
+    """The revisions given a label-grid panel: all, or `limit` spread over the training order
+    (first and last included)."""
+    names = panel.names
+    if len(names) <= limit:
+        return names
+    return [names[i] for i in np.unique(np.round(np.linspace(0, len(names) - 1, limit)).astype(int))]
+
+
+def trajectory_heads(panel: ModelPanel, config: TrajectoryConfig) -> tuple[list[str], bool]:
+    """The final induction circuit (strongest first) and True; without one, the heads with the highest
+    induction selectivity at any revision and False."""
+    circuit = final_circuit(panel, config)
+    if circuit:
+        return circuit, True
+    peak = panel.wide("sel_induction").max(axis=0).dropna()
+    return list(peak.sort_values(ascending=False, kind="stable").index[:FALLBACK_HEADS]), False
+
+
+def finding(data: PanelData, model: str, code: str) -> tuple[pd.Series, dict]:
+    """One finding row of a model and its numbers."""
+    row = data.findings.loc[(data.findings.model == model) & (data.findings.finding == code)].iloc[0]
+    return row, json.loads(row.numbers)
+
+
+def timeline(data: PanelData) -> pd.DataFrame:
+    """Induction and sink milestones per model, with the grid bracket each lies in."""
+    stones = data.milestones
+    lane = np.select([stones.milestone.str.startswith(INDUCTION_MILESTONE),
+                      stones.milestone.str.startswith(SINK_MILESTONE)], ["induction", "sink"], "")
+    return stones.assign(lane=lane).loc[lambda f: f.lane != ""].reset_index(drop=True)
+
+
+def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
+    """One row per ablation (model, revision, circuit, mode): the deciding metric under each
+    condition, the matched-random seeds' mean and 2.5-97.5 percentile range, and the stored
+    differential with its interval and verdict.
+
+    The ablation stage (ablation.py) writes these columns; this is the one place that reads them."""
+    keys = ["model", "revision", "circuit", "mode"]
+    rows = []
+    for key, group in ablations.groupby(keys, sort=False):
+        first = group.iloc[0]
+        metric = first["decided_by"]
+        values = {kind: group.loc[group.condition == kind, metric].to_numpy(dtype=float)
+                  for kind in ("clean", "circuit", "random", "layers", "single")}
+        seeds = values["random"]
+        low, high = np.percentile(seeds, [2.5, 97.5]) if len(seeds) else (np.nan, np.nan)
+        once = {kind: values[kind][0] if len(values[kind]) else np.nan for kind in ("clean", "circuit", "layers")}
+        rows.append({**dict(zip(keys, key)), "tokens": first["tokens"], "metric": metric,
+                     "circuit_heads": first["circuit_heads"], **once,
+                     "random_mean": seeds.mean() if len(seeds) else np.nan, "random_low": low, "random_high": high,
+                     "random_seeds": seeds, "singles": values["single"],
+                     "single_heads": list(group.loc[group.condition == "single", "heads"]),
+                     "differential": first["differential"], "differential_low": first["differential_low"],
+                     "differential_high": first["differential_high"], "verdict": first["verdict"]})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# What is missing.
+
+
+def panel_gaps(data: PanelData) -> list[str]:
+    """What the whole panel lacks, one sentence each."""
+    gaps = []
+    if data.unfinished:
+        gaps.append(f"{len(data.unfinished)} shard(s) have head tables but no run record yet (still being written, "
+                    f"or interrupted), and are not in this report: {', '.join(data.unfinished)}")
+    counts = {p.name: len(p.names) for p in data.panels}
+    most = max(counts.values())
+    fewer = [f"{model} ({n})" for model, n in counts.items() if n < most]
+    if fewer:
+        gaps.append(f"models with fewer revisions than the panel's largest ({most}): {', '.join(fewer)}")
+    if data.ablations is None:
+        gaps.append(f"no ablations in {data.results_dir / ABLATIONS}/ (run `headtrace ablate MODEL --circuit "
+                    f"induction --out {data.results_dir}`)")
+    return gaps
+
+
+def model_gaps(panel: ModelPanel, config: TrajectoryConfig) -> list[str]:
+    """What one model's results lack for the figures, one sentence each."""
+    gaps = []
+    revisions = panel.revisions
+    if len(panel.names) < 2:
+        gaps.append(f"one revision ({panel.names[0]}): trajectories, recall and milestones need at least two")
+    unknown = revisions.loc[revisions.tokens.isna(), "revision"].tolist()
+    if unknown:
+        gaps.append(f"tokens unknown for {', '.join(unknown)}: time axes use the training order and the panel-wide "
+                    "token axes leave this model out")
+    at_zero = revisions.loc[revisions.tokens <= 0, "revision"].tolist()
+    if at_zero:
+        gaps.append(f"{', '.join(at_zero)} at 0 tokens: no place on a log token axis (shown in the grids only)")
+    if panel.heads["pr"].isna().all():
+        gaps.append("no participation ratio (PR): the spectral-lead figure (F5) is not drawn")
+    if revisions["top1"].isna().all():
+        gaps.append("no capability (top-1) recorded: the trajectory figure has no capability curve")
+    if panel.heads["sel_null"].isna().all():
+        gaps.append("no null selectivity (sel_null): the noise floor (F6) is not measurable")
+    if not final_circuit(panel, config):
+        gaps.append(f"no head at {config.induction_threshold:g}x induction selectivity at the last revision: no final "
+                    "circuit, so recall (F4) is not drawn and the trajectory figure shows the strongest heads")
+    return gaps

@@ -1,0 +1,520 @@
+"""The report's figures: each a `Plot` with a caption that names its definitions and thresholds,
+hover tips for the page (one text per drawn shape), and a matplotlib figure saved as PNG and SVG.
+
+A figure that cannot be drawn (no PR, one revision, no ablations) is a `Plot` with a `note`
+saying why, so the page shows the gap where the figure would be.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
+
+from headtrace.report.data import (INDUCTION_MILESTONE, LABEL_ORDER, SINK_MILESTONE, PanelData, TimeAxis,
+                                  ablation_summary, finding, grid_revisions, label_grid, model_milestones,
+                                  revision_label, sink_curve, sink_layer_matrix, time_axis, timeline,
+                                  trajectory_heads)
+from headtrace.probes import CLASS_KEYS, CLASSES
+from headtrace.store import slug
+from headtrace.trajectory import ModelPanel, recall, tokens_label
+
+STYLE = {"svg.fonttype": "none", "svg.hashsalt": "headtrace", "font.size": 8.5, "axes.titlesize": 9,
+         "legend.fontsize": 7.5, "xtick.labelsize": 7.5, "ytick.labelsize": 7.5, "figure.dpi": 100}
+LABEL_COLORS = {"induction": "#d62728", "duplicate-token": "#ff9896", "previous-token": "#1f77b4",
+                "first-token": "#6a3d9a", "self": "#2ca02c", "local": "#bcbd22", "unclassified": "#eeeeee"}
+MAX_SPECTRAL_HEADS = 8
+MAX_ANNOTATED_CELLS = 600
+
+
+@dataclass
+class Plot:
+    """One figure of the report; `tips` maps an artist's gid to one hover text per shape it draws."""
+
+    key: str  # file stem, unique in the report
+    title: str
+    caption: str
+    figure: Figure | None = None
+    note: str = ""  # why the figure is not drawn (figure is None)
+    tips: dict[str, list[str]] = field(default_factory=dict)
+
+    def tip(self, artist, texts: Sequence[str]) -> None:
+        gid = f"tip{len(self.tips)}"
+        artist.set_gid(gid)
+        self.tips[gid] = list(texts)
+
+
+def _figure(width: float, height: float) -> Figure:
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _color(i: int) -> str:
+    return f"C{i % 10}"
+
+
+def _token_axis(ax: Axes) -> None:
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: tokens_label(value)))
+    ax.set_xlabel("training tokens")
+
+
+def _use_time_axis(ax: Axes, axis: TimeAxis) -> None:
+    if axis.log:
+        _token_axis(ax)
+    else:
+        ax.set_xticks(axis.x, axis.names, rotation=30, ha="right")
+        ax.set_xlabel(axis.label)
+
+
+def _at(axis: TimeAxis, revision: str) -> float:
+    return float(axis.x[axis.names.index(revision)])
+
+
+def _threshold_line(ax: Axes, value: float, text: str, color: str = "k") -> None:
+    ax.axhline(value, color=color, ls="--", lw=0.9)
+    ax.annotate(text, (0, value), xycoords=("axes fraction", "data"), xytext=(3, 2), textcoords="offset points",
+                fontsize=7, color=color)
+
+
+def _selectivities(row) -> str:
+    parts = [f"{name} {getattr(row, f'sel_{CLASS_KEYS[name]}'):.1f}x" for name in CLASSES]
+    return ", ".join(parts[:3]) + "\n" + ", ".join(parts[3:])
+
+
+def _head_tip(row, tokens: float) -> str:
+    """A head's numbers at one revision: label, the six selectivities, sink score and PR when known."""
+    label = row.label if row.label == "unclassified" else f"{row.label} ({row.best_selectivity:.1f}x)"
+    extra = [f"{name} {value:.3g}" for name, value in (("sink score", row.sink_score), ("PR", row.pr))
+             if np.isfinite(value)]
+    return (f"{row.head_id} · {revision_label(row.revision, tokens)}\nlabel: {label}\n{_selectivities(row)}"
+            + (f"\n{', '.join(extra)}" if extra else ""))
+
+
+# --------------------------------------------------------------------------------------------
+# Panel-wide figures.
+
+
+def sink_fraction_plot(data: PanelData) -> Plot:
+    """Sink fraction vs training tokens, one line per model, milestones marked."""
+    c = data.config
+    levels = ", ".join(f"{f:.0%}" for f in c.sink_fractions)
+    counts = ", ".join(str(n) for n in c.induction_counts)
+    plot = Plot("sink-fraction", "Sink (BOS-attractor) heads over training", (
+        f"Share of all heads that are sink heads (first-token selectivity >= {c.sink_threshold:g}x: mean attention "
+        "from the query to position 0 over its mean attention to 50 fixed baseline positions) against training "
+        f"tokens (log axis), one line per model. Stars: the first revision where the fraction reaches {levels} "
+        f"(dotted levels); dashed verticals: the first revision with >= {counts} induction heads (induction "
+        f"selectivity >= {c.induction_threshold:g}x). A milestone happened after the revision before it and no later "
+        "than the one marked."))
+    left_out = [p.name for p in data.panels if not time_axis(p).log]
+    if len(left_out) == len(data.panels):
+        plot.note = "no model has known training tokens at every revision"
+        return plot
+    fig = _figure(7.5, 4.2)
+    ax = fig.add_subplot()
+    for i, panel in enumerate(data.panels):
+        axis = time_axis(panel)
+        if not axis.log:
+            continue
+        curve = sink_curve(panel)[axis.drawn]
+        color = _color(i)
+        ax.plot(curve.tokens, curve.screen_sink_fraction, color=color, lw=1.6, label=panel.name)
+        points = ax.scatter(curve.tokens, curve.screen_sink_fraction, color=color, s=16, zorder=3)
+        plot.tip(points, [f"{panel.name} · {revision_label(r.revision, r.tokens)}\n{r.screen_sink:.0f} of "
+                          f"{r.n_heads} heads are sink heads ({r.screen_sink_fraction:.1%})"
+                          for r in curve.itertuples()])
+        reached = model_milestones(data, panel.name, SINK_MILESTONE).dropna(subset=["revision"])
+        stars = milestone_labels(reached.loc[reached.tokens > 0])
+        if len(stars):
+            points = ax.scatter(stars.tokens, stars.value, marker="*", s=110, color=color, edgecolor="k",
+                                linewidth=0.5, zorder=4)
+            plot.tip(points, [f"{panel.name}: sink fraction {s.label}\nfirst at {revision_label(s.revision, s.tokens)}"
+                              f" ({s.value:.1%})" for s in stars.itertuples()])
+        induction = model_milestones(data, panel.name, INDUCTION_MILESTONE).dropna(subset=["revision"])
+        for stone in milestone_labels(induction.loc[induction.tokens > 0]).itertuples():
+            ax.axvline(stone.tokens, color=color, ls="--", lw=0.9)
+            ax.annotate(f"induction {stone.label}", (stone.tokens, 1), xycoords=("data", "axes fraction"),
+                        xytext=(2, -10), textcoords="offset points", fontsize=6.5, color=color)
+    for level in c.sink_fractions:
+        ax.axhline(level, color="0.75", ls=":", lw=0.8, zorder=0)
+    _token_axis(ax)
+    ax.set_ylabel(f"sink heads (first-token >= {c.sink_threshold:g}x) / all heads")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(0, 1)
+    ax.legend(loc="upper left")
+    if left_out:
+        plot.caption += f" Left out (tokens unknown): {', '.join(left_out)}."
+    plot.figure = fig
+    return plot
+
+
+def milestone_labels(stones: pd.DataFrame) -> pd.DataFrame:
+    """One label per milestone revision, thresholds first met together joined: milestones
+    'induction >= 3 heads at 50x' and '... >= 5 heads ...' at one revision -> '>=3, 5 heads'."""
+    found = stones.milestone.str.extract(r">= (?P<threshold>\S+)(?P<unit> heads)?").fillna({"unit": ""})
+    table = stones.assign(threshold=found.threshold, unit=found.unit)
+    return (table.groupby(["revision", "tokens", "unit"], sort=False)
+            .agg(value=("value", "max"), threshold=("threshold", ", ".join)).reset_index()
+            .assign(label=lambda f: ">=" + f.threshold + f.unit))
+
+
+def milestones_plot(data: PanelData) -> Plot:
+    """Induction and sink milestones per model on one token axis, with the F3 ratio."""
+    c = data.config
+    plot = Plot("milestones", "Milestones: induction circuit vs sink spread", (
+        "For each model, the first revision where the induction circuit has >= "
+        f"{', '.join(map(str, c.induction_counts))} heads (induction selectivity >= {c.induction_threshold:g}x) and "
+        f"where the sink fraction (first-token selectivity >= {c.sink_threshold:g}x) reaches "
+        f"{', '.join(f'{f:.0%}' for f in c.sink_fractions)}; each bar is the bracket the event lies in (after the "
+        "revision before, no later than the marked one). The arrow carries F3's ratio tokens(sink fraction >= "
+        f"{c.timing_sink_fraction:.0%}) / tokens(induction >= {c.timing_induction_count} heads), with its range over "
+        "both brackets."))
+    stones = timeline(data)
+    panels = [p for p in data.panels if time_axis(p).log]
+    reached = stones.loc[stones.model.isin([p.name for p in panels]) & (stones.tokens > 0)]
+    if reached.empty:
+        plot.note = "no milestone reached on a known token axis (or fewer than two revisions)"
+        return plot
+    left_out = [p.name for p in data.panels if p not in panels]
+    if left_out:
+        plot.caption += f" Left out (tokens unknown): {', '.join(left_out)}."
+    positive = pd.concat([p.revisions.tokens for p in panels])
+    low, high = positive[positive > 0].min() / 3, positive.max() * 3
+    fig = _figure(7.5, 0.85 * len(panels) + 1.3)
+    ax = fig.add_subplot()
+    ticks, labels = [], []
+    for i, panel in enumerate(panels):
+        lanes = {"induction": 2 * i + 0.9, "sink": 2 * i}
+        ticks += [lanes["sink"], lanes["induction"]]
+        labels += ["sink", f"{panel.name}\ninduction"]
+        for lane, y in lanes.items():
+            rows = reached.loc[(reached.model == panel.name) & (reached.lane == lane)]
+            color = "C3" if lane == "induction" else "C4"
+            for r in rows.itertuples():
+                ax.plot([max(r.previous_tokens, low), r.tokens], [y, y], color=color, lw=5, alpha=0.25,
+                        solid_capstyle="butt")
+            for r in milestone_labels(rows).itertuples():
+                ax.annotate(r.label, (r.tokens, y), xytext=(0, 6), textcoords="offset points", ha="center",
+                            fontsize=6.5, color=color)
+            if len(rows):
+                points = ax.scatter(rows.tokens, [y] * len(rows), color=color, s=22, zorder=3)
+                plot.tip(points, [f"{panel.name}: {r.milestone}\nfirst at {revision_label(r.revision, r.tokens)}; "
+                                  f"after {r.previous_revision or 'the start'}" for r in rows.itertuples()])
+        _ratio_arrow(ax, data, panel.name, lanes)
+    _token_axis(ax)
+    ax.set_xlim(low, high)
+    ax.set_yticks(ticks, labels)
+    ax.set_ylim(-0.6, 2 * len(panels) - 0.4)
+    plot.figure = fig
+    return plot
+
+
+def _ratio_arrow(ax: Axes, data: PanelData, model: str, lanes: dict[str, float]) -> None:
+    """F3: an arrow from the induction milestone to the sink milestone, labelled with the ratio."""
+    row, numbers = finding(data, model, "F3")
+    if "ratio" not in numbers:
+        ax.annotate(f"F3 {row.status}", (1, lanes["sink"] + 0.45), xycoords=("axes fraction", "data"),
+                    xytext=(-4, 0), textcoords="offset points", ha="right", fontsize=7, color="0.35")
+        return
+    start, end = numbers["induction"]["tokens"], numbers["sink"]["tokens"]
+    ax.annotate("", (end, lanes["sink"]), xytext=(start, lanes["induction"]),
+                arrowprops={"arrowstyle": "->", "color": "0.2", "lw": 1})
+    high = numbers["ratio_high"]
+    text = (f"F3: x{numbers['ratio']:.3g} (grid {numbers['ratio_low']:.3g}-"
+            f"{'inf' if high is None else format(high, '.3g')}), {row.status}")
+    ax.annotate(text, (1, lanes["induction"] + 0.45), xycoords=("axes fraction", "data"), xytext=(-4, 0),
+                textcoords="offset points", fontsize=7, ha="right", va="center")
+
+
+# --------------------------------------------------------------------------------------------
+# Per-model figures.
+
+
+def sink_layers_plot(data: PanelData, panel: ModelPanel) -> Plot:
+    """Layer x revision heatmap of sink heads per layer; the F1 floor marked."""
+    c = data.config
+    row, _ = finding(data, panel.name, "F1")
+    plot = Plot(f"sink-layers-{slug(panel.name)}", f"{panel.name}: sink heads per layer", (
+        f"Sink heads (first-token selectivity >= {c.sink_threshold:g}x) in each layer (rows, layer 0 at the bottom) at "
+        f"each revision (columns, training order) of {panel.name}; grey: unknown. The dashed line tops the F1 floor "
+        f"(layers 0-{c.floor_layers - 1}). F1 {row.status}: {row.statement}."))
+    matrix = sink_layer_matrix(panel)
+    n_layers, n_revisions = matrix.shape
+    per_layer = int(panel.layers.n_heads.max())
+    fig = _figure(max(4.5, 0.55 * n_revisions + 2.4), max(2.8, 0.2 * n_layers + 1.6))
+    ax = fig.add_subplot()
+    cmap = matplotlib.colormaps["magma_r"].with_extremes(under="#d9d9d9")
+    values = matrix.to_numpy(dtype=float)
+    mesh = ax.pcolormesh(np.arange(n_revisions + 1), np.arange(n_layers + 1), np.nan_to_num(values, nan=-1),
+                         cmap=cmap, vmin=0, vmax=per_layer, edgecolors="white", linewidth=0.4)
+    tokens = dict(zip(panel.names, panel.tokens))
+    plot.tip(mesh, [f"layer {layer} · {revision_label(rev, tokens[rev])}\n"
+                    + (f"{v:.0f} of {per_layer} heads are sink heads" if np.isfinite(v) else "unknown")
+                    for layer, line in zip(matrix.index, values) for rev, v in zip(matrix.columns, line)])
+    if values.size <= MAX_ANNOTATED_CELLS:
+        for (i, j), v in np.ndenumerate(values):
+            if v > 0:
+                ax.text(j + 0.5, i + 0.5, f"{v:.0f}", ha="center", va="center", fontsize=6,
+                        color="white" if v > per_layer / 2 else "black")
+    ax.axhline(c.floor_layers, color="C2", ls="--", lw=1.4)
+    ax.annotate(f"F1 floor: layers 0-{c.floor_layers - 1}", (0, c.floor_layers), xytext=(3, 3),
+                textcoords="offset points", fontsize=7, color="C2")
+    ax.set_xticks(np.arange(n_revisions) + 0.5, [revision_label(r, tokens[r]).replace(" (", "\n(") for r in
+                                                 matrix.columns], rotation=45 if n_revisions > 6 else 0, fontsize=6.5)
+    step = max(1, n_layers // 16)
+    ax.set_yticks(np.arange(0, n_layers, step) + 0.5, [str(layer) for layer in matrix.index[::step]])
+    ax.set_xlabel("revision")
+    ax.set_ylabel("layer")
+    fig.colorbar(mesh, ax=ax, label="sink heads in the layer", shrink=0.8, ticks=MaxNLocator(integer=True))
+    plot.figure = fig
+    return plot
+
+
+def labels_plot(data: PanelData, panel: ModelPanel) -> Plot:
+    """Layer x head grid of labels, one small panel per revision."""
+    c = data.config
+    revisions = grid_revisions(panel)
+    shown = "" if len(revisions) == len(panel.names) else f" ({len(revisions)} of {len(panel.names)} revisions)"
+    plot = Plot(f"labels-{slug(panel.name)}", f"{panel.name}: head labels per revision", (
+        f"Each head's label at each revision of {panel.name}{shown}: rows are layers (0 at the bottom), columns heads. "
+        f"A head's label is its best class (largest selectivity of the six classes: attention to the class's target "
+        f"position over the baseline) when that selectivity is >= {c.label_threshold:g}x, else unclassified. Hover "
+        "a cell for the head's numbers."))
+    n_layers, n_heads = panel.heads.layer.max() + 1, panel.heads["head"].max() + 1
+    ncols = min(len(revisions), 5)
+    nrows = math.ceil(len(revisions) / ncols)
+    width = max(5.0, ncols * (0.13 * n_heads + 0.6) + 0.4)
+    fig = _figure(width, nrows * (0.1 * n_layers + 0.65) + 0.7)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    cmap = ListedColormap([LABEL_COLORS[label] for label in LABEL_ORDER])
+    norm = BoundaryNorm(np.arange(len(LABEL_ORDER) + 1) - 0.5, len(LABEL_ORDER))
+    tokens = dict(zip(panel.names, panel.tokens))
+    for ax, revision in zip(axes.flat, revisions):
+        grid = label_grid(panel, revision)
+        codes = grid.map(LABEL_ORDER.index).to_numpy(dtype=float)
+        mesh = ax.pcolormesh(codes, cmap=cmap, norm=norm, edgecolors="white", linewidth=0.3)
+        rows = panel.heads.loc[panel.heads.revision == revision].sort_values(["layer", "head"])  # the mesh's order
+        plot.tip(mesh, [_head_tip(r, tokens[revision]) for r in rows.itertuples()])
+        ax.set_title(revision_label(revision, tokens[revision]), fontsize=7)
+        ax.set_xticks([0.5, n_heads - 0.5], ["0", str(n_heads - 1)], fontsize=6)
+        ax.set_yticks([0.5, n_layers - 0.5], ["0", str(n_layers - 1)], fontsize=6)
+        ax.tick_params(length=0)
+        ax.set_aspect("equal")
+    for ax in list(axes.flat)[len(revisions):]:
+        ax.set_axis_off()
+    axes[-1, 0].set_xlabel("head", fontsize=7)
+    axes[-1, 0].set_ylabel("layer", fontsize=7)
+    fig.legend(handles=[Patch(color=LABEL_COLORS[label], label=label) for label in LABEL_ORDER],
+               loc="outside lower center", ncols=len(LABEL_ORDER) if width >= 7.5 else 4, frameon=False)
+    plot.figure = fig
+    return plot
+
+
+def induction_plot(data: PanelData, panel: ModelPanel) -> Plot:
+    """Induction selectivity of the final circuit's heads, the threshold, and top-1 on a twin axis."""
+    c = data.config
+    heads, final = trajectory_heads(panel, c)
+    chosen = (f"the final induction circuit (heads >= {c.induction_threshold:g}x at the last revision, "
+              f"{panel.names[-1]})" if final else
+              f"the {len(heads)} heads with the highest induction selectivity at any revision (no head is >= "
+              f"{c.induction_threshold:g}x at the last revision, so there is no final circuit)")
+    plot = Plot(f"induction-{slug(panel.name)}", f"{panel.name}: induction selectivity and capability", (
+        f"Induction selectivity (attention from the second A to the token after the first A, over the baseline; log "
+        f"axis) of {chosen}, with the {c.induction_threshold:g}x circuit line; grey, right axis: top-1 accuracy of "
+        "the induction target at the query (capability)."))
+    axis = time_axis(panel)
+    x = axis.x[axis.drawn]
+    selectivity = panel.wide("sel_induction")
+    fig = _figure(7.5, 4)
+    ax = fig.add_subplot()
+    for j, head in enumerate(heads):
+        y = selectivity[head].to_numpy()[axis.drawn]
+        ax.plot(x, y, color=_color(j), lw=1.5, label=head)
+        points = ax.scatter(x, y, color=_color(j), s=16, zorder=3)
+        plot.tip(points, [f"{head} · {revision_label(n, t)}\ninduction {v:.1f}x"
+                          for n, t, v in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], y)])
+    ax.set_yscale("log")
+    _threshold_line(ax, c.induction_threshold, f"{c.induction_threshold:g}x circuit")
+    ax.set_ylabel("induction selectivity (x baseline)")
+    _use_time_axis(ax, axis)
+    top1 = panel.revisions.top1.to_numpy(dtype=float)[axis.drawn]
+    if np.isfinite(top1).any():
+        twin = ax.twinx()
+        twin.plot(x, top1, color="0.35", ls="-.", lw=1.2, label="top-1")
+        points = twin.scatter(x, top1, color="0.35", marker="s", s=12, zorder=3)
+        plot.tip(points, [f"{revision_label(n, t)}\ntop-1 {v:.3f}"
+                          for n, t, v in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], top1)])
+        twin.set_ylim(0, 1)
+        twin.set_ylabel("top-1 at the query")
+        lines = ax.get_legend_handles_labels()
+        extra = twin.get_legend_handles_labels()
+        ax.legend(lines[0] + extra[0], lines[1] + extra[1], loc="best")
+    else:
+        plot.caption += " No capability was recorded (top-1 unknown), so the grey curve is absent."
+        ax.legend(loc="best")
+    plot.figure = fig
+    return plot
+
+
+def spectral_plot(data: PanelData, panel: ModelPanel) -> Plot:
+    """Per final-circuit head: PR and induction selectivity on one time axis; F5's marks."""
+    c = data.config
+    row, numbers = finding(data, panel.name, "F5")
+    plot = Plot(f"spectral-{slug(panel.name)}", f"{panel.name}: PR and selectivity per circuit head (F5)", (
+        f"Per final-circuit head of {panel.name}: participation ratio (blue, left axis; PR = exp of the entropy of "
+        "the normalised squared singular values of the head's outputs at the query) and induction selectivity (red, "
+        f"right, log; dashed: {c.induction_threshold:g}x) on one time axis. Dotted: the revision where PR is first "
+        f"elevated (>= {c.pr_rise_fraction:g} of its largest rise above its running minimum, that rise >= "
+        f"{c.pr_min_rise:g}) and the one where selectivity first crosses {c.induction_threshold:g}x. "
+        f"F5 {row.status}: {row.statement}."))
+    heads, final = trajectory_heads(panel, c)
+    pr = panel.wide("pr")
+    if pr.isna().all().all():
+        plot.note = "no participation ratio (PR) in these results"
+        return plot
+    if not final or len(panel.names) < 2:
+        plot.note = row.statement
+        return plot
+    shown = heads[:MAX_SPECTRAL_HEADS]
+    if len(shown) < len(heads):
+        plot.caption += f" The {len(shown)} strongest of {len(heads)} circuit heads are shown."
+    axis = time_axis(panel)
+    x = axis.x[axis.drawn]
+    names = np.array(axis.names)[axis.drawn]
+    selectivity = panel.wide("sel_induction")
+    ncols = min(len(shown), 4)
+    nrows = math.ceil(len(shown) / ncols)
+    fig = _figure(ncols * 2.6 + 0.6, nrows * 2.3 + 0.4)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for ax, head in zip(axes.flat, shown):
+        values, sel = pr[head].to_numpy()[axis.drawn], selectivity[head].to_numpy()[axis.drawn]
+        ax.plot(x, values, color="C0", lw=1.3)
+        points = ax.scatter(x, values, color="C0", s=12, zorder=3)
+        plot.tip(points, [f"{head} · {n}\nPR {p:.3g}, induction {s:.1f}x" for n, p, s in zip(names, values, sel)])
+        twin = ax.twinx()
+        twin.plot(x, sel, color="C3", lw=1.1, marker="s", ms=2.5)
+        twin.set_yscale("log")
+        twin.axhline(c.induction_threshold, color="C3", ls="--", lw=0.8)
+        twin.set_ylabel("induction selectivity", color="C3", fontsize=7)
+        _use_time_axis(ax, axis)
+        ax.set_xlabel("")
+        ax.set_ylabel("PR", color="C0")
+        marks = numbers.get("heads", {}).get(head)
+        if marks:
+            ax.axvline(_at(axis, marks["pr_elevated"]), color="C0", ls=":", lw=1.2)
+            ax.axvline(_at(axis, marks["crossing"]), color="C3", ls=":", lw=1.2)
+            ax.set_title(f"{head}: PR leads by {marks['lead_revisions']:+d} revisions", fontsize=8)
+        else:
+            ax.set_title(f"{head}: {numbers.get('not_measured', {}).get(head, 'not measured')}", fontsize=7)
+    for ax in list(axes.flat)[len(shown):]:
+        ax.set_axis_off()
+    fig.supxlabel(axis.label, fontsize=8)
+    plot.figure = fig
+    return plot
+
+
+def recall_plot(data: PanelData, panel: ModelPanel) -> Plot:
+    """Recall of the final induction circuit per revision (F4)."""
+    c = data.config
+    row, numbers = finding(data, panel.name, "F4")
+    plot = Plot(f"recall-{slug(panel.name)}", f"{panel.name}: recall of the final induction circuit (F4)", (
+        f"Share of {panel.name}'s final induction circuit (heads >= {c.induction_threshold:g}x at the last revision) "
+        f"already >= {c.induction_threshold:g}x at each revision; dotted: "
+        f"{', '.join(f'{level:.0%}' for level in c.recall_levels)}. F4 {row.status}: {row.statement}."))
+    heads, final = trajectory_heads(panel, c)
+    if not final or len(panel.names) < 2:
+        plot.note = row.statement
+        return plot
+    axis = time_axis(panel)
+    shares = recall(panel, c).to_numpy()[axis.drawn]
+    members = panel.wide("sel_induction")[heads] >= c.induction_threshold
+    fig = _figure(7.5, 3.2)
+    ax = fig.add_subplot()
+    x = axis.x[axis.drawn]
+    ax.plot(x, shares, color="C3", lw=1.6, drawstyle="steps-post")
+    points = ax.scatter(x, shares, color="C3", s=18, zorder=3)
+    plot.tip(points, [f"{revision_label(n, t)}\nrecall {share:.0%}: "
+                      + (", ".join(h for h in heads if members.loc[n, h]) or "none") + f" >= {c.induction_threshold:g}x"
+                      for n, t, share in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], shares)])
+    for level in c.recall_levels:
+        ax.axhline(level, color="0.7", ls=":", lw=0.8)
+    levels = pd.DataFrame([{"level": key, **level} for key, level in numbers["levels"].items()])
+    for revision, group in levels.dropna(subset=["revision"]).groupby("revision", sort=False):
+        share = group.share.iloc[0]
+        text = f">={', '.join(group.level)} at {revision}" + (f" ({share:.1%} of training)" if pd.notna(share) else "")
+        ax.annotate(text, (_at(axis, revision), group.value.max()), xytext=(-4, 4), textcoords="offset points",
+                    fontsize=6.5, ha="right")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(-0.03, 1.08)
+    ax.set_ylabel(f"final circuit >= {c.induction_threshold:g}x")
+    _use_time_axis(ax, axis)
+    plot.figure = fig
+    return plot
+
+
+# --------------------------------------------------------------------------------------------
+# Ablations.
+
+
+def ablations_plot(data: PanelData) -> Plot:
+    """Per ablation: the deciding metric under each condition, and the circuit-vs-random differential."""
+    plot = Plot("ablations", "Ablations: circuit vs matched-random heads", (
+        "One row per ablation (model, revision, circuit, mode). Left: the deciding metric with nothing ablated "
+        "(clean), with the circuit ablated, with matched-random heads ablated (same layers, same count per layer; "
+        "grey dots: one per seed; blue: their mean and 2.5-97.5 percentile range), with every head of the circuit's "
+        "layers ablated (upper bound), and with each circuit head alone. Right: the differential, damage(circuit) - "
+        "damage(random), with the ablation's bootstrap interval; the circuit is necessary when the interval lies "
+        "above 0."))
+    if data.ablations is None:
+        plot.note = "no ablations in these results"
+        return plot
+    summary = ablation_summary(data.ablations)
+    fig = _figure(8, 1.15 * len(summary) + 0.9)
+    axes = fig.subplots(len(summary), 2, squeeze=False, width_ratios=[2.2, 1])
+    for (left, right), r in zip(axes, summary.itertuples()):
+        names = ["clean", "circuit", "random", "layers"]
+        values = [r.clean, r.circuit, r.random_mean, r.layers]
+        colors = ["k", "C3", "C0", "0.5"]
+        seeds = np.asarray(r.random_seeds, dtype=float)
+        left.scatter(seeds, np.full(len(seeds), 2.0) + np.linspace(-0.18, 0.18, len(seeds)), color="0.6", s=6)
+        left.errorbar(r.random_mean, 2, xerr=[[r.random_mean - r.random_low], [r.random_high - r.random_mean]],
+                      color="C0", capsize=3, lw=1.2)
+        points = left.scatter(values, [0, 1, 2, 3], color=colors, s=30, zorder=3)
+        plot.tip(points, [f"{r.model} · {r.revision} · {r.circuit} ({r.mode})\n"
+                          f"{name}: {r.metric} {v:.4g}" for name, v in zip(names, values)])
+        singles = np.asarray(r.singles, dtype=float)
+        if len(singles):
+            crosses = left.scatter(singles, np.full(len(singles), 1.0), marker="x", color="C3", s=18, alpha=0.7)
+            plot.tip(crosses, [f"single {h}: {r.metric} {v:.4g}" for h, v in zip(r.single_heads, singles)])
+        left.set_yticks(range(4), names)
+        left.set_ylim(-0.6, 3.6)
+        left.set_xlabel(r.metric, fontsize=7)
+        left.set_title(f"{r.model} · {revision_label(r.revision, r.tokens)} · {r.circuit} ({r.mode})", fontsize=7.5,
+                       loc="left")
+        right.errorbar(r.differential, 0, xerr=[[r.differential - r.differential_low],
+                                                [r.differential_high - r.differential]],
+                       fmt="o", color="C3" if r.verdict == "necessary" else "0.4", capsize=4)
+        right.axvline(0, color="k", lw=0.8)
+        right.set_yticks([])
+        right.set_title(r.verdict, fontsize=7.5)
+        right.set_xlabel(f"differential ({r.metric})", fontsize=7)
+    plot.figure = fig
+    return plot
+
+
+def panel_plots(data: PanelData) -> list[Plot]:
+    return [sink_fraction_plot(data), milestones_plot(data)]
+
+
+def model_plots(data: PanelData, panel: ModelPanel) -> list[Plot]:
+    return [sink_layers_plot(data, panel), labels_plot(data, panel), induction_plot(data, panel),
+            spectral_plot(data, panel), recall_plot(data, panel)]

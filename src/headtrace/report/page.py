@@ -1,0 +1,161 @@
+"""The report page: one HTML file that opens without a network (figures inlined as SVG, the style
+sheet and the hover script inlined), with the findings table, the run metadata and what is missing."""
+
+from __future__ import annotations
+
+import html
+import io
+import itertools
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from headtrace import __version__
+from headtrace.report.data import PanelData, model_gaps, panel_gaps, revision_label
+from headtrace.report.figures import Plot
+from headtrace.store import slug
+
+RUN_COLUMNS = ("revision", "tokens", "top1", "n_sink_heads", "n_induction_heads", "n_examples", "dtype", "device",
+               "config_hash", "wall_s", "started_at")
+VERSIONED = ("headtrace", "torch", "transformers")  # run-table columns <name>_version
+
+
+def render(plot: Plot, folder: Path) -> str:
+    """Save the plot as PNG and SVG in `folder`; return its SVG for inlining (empty when not drawn)."""
+    if plot.figure is None:
+        return ""
+    buffer = io.StringIO()
+    plot.figure.savefig(buffer, format="svg", metadata={"Date": None})
+    svg = buffer.getvalue()
+    (folder / f"{plot.key}.svg").write_text(svg)
+    plot.figure.set_layout_engine("none")  # keep the layout just computed (it does not depend on dpi)
+    plot.figure.savefig(folder / f"{plot.key}.png", dpi=200)
+    return inline_svg(svg, plot.key, plot.tips)
+
+
+def inline_svg(svg: str, prefix: str, tips: dict[str, list[str]]) -> str:
+    """An SVG document as page markup: tips attached to their groups, ids prefixed so that figures
+    on one page never share one (matplotlib names clip paths and markers by content hash)."""
+    svg = svg[svg.index("<svg"):]
+    for gid, texts in tips.items():
+        anchor = f'id="{gid}"'
+        if svg.count(anchor) != 1:
+            raise RuntimeError(f"figure {prefix}: {anchor} occurs {svg.count(anchor)} times in its SVG")
+        svg = svg.replace(anchor, f'{anchor} data-tips="{html.escape(json.dumps(texts), quote=True)}"')
+    svg = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', svg)
+    svg = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", svg)
+    return re.sub(r'href="#([^"]+)"', rf'href="#{prefix}-\1"', svg)
+
+
+def _asset(name: str) -> str:
+    return resources.files("headtrace.report").joinpath("static", name).read_text()
+
+
+def _e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _cell(value) -> str:
+    """A table cell: numbers right-aligned with 4 significant digits, unknowns as a dash."""
+    if value is None or (isinstance(value, float) and not np.isfinite(value)) or value is pd.NA:
+        return "<td>&ndash;</td>"
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return f'<td class="num">{float(value):.4g}</td>'
+    return f"<td>{_e(value)}</td>"
+
+
+def _table(frame: pd.DataFrame) -> str:
+    head = "".join(f"<th>{_e(c)}</th>" for c in frame.columns)
+    rows = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in frame.itertuples(index=False))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _figure(plot: Plot, svg: str, number: int) -> str:
+    body = (f'<div class="canvas">{svg}</div>' if svg else f'<p class="gap">Not drawn: {_e(plot.note)}</p>')
+    files = (f' <span class="files"><a href="figures/{plot.key}.png">PNG</a> &middot; '
+             f'<a href="figures/{plot.key}.svg">SVG</a></span>' if svg else "")
+    return (f'<figure class="plot" id="fig-{plot.key}">{body}<figcaption><b>Figure {number}. {_e(plot.title)}.</b> '
+            f"{_e(plot.caption)}{files}</figcaption></figure>")
+
+
+def _findings(data: PanelData) -> str:
+    table = data.findings
+    rows = "".join(
+        f"<tr><td>{_e(r.model)}</td><td>{_e(r.finding)} {_e(r.title)}</td>"
+        f'<td class="status {r.status.replace(" ", "-")}">{_e(r.status)}</td><td>{_e(r.statement)}</td></tr>'
+        for r in table.itertuples())
+    criteria = table.drop_duplicates("finding")[["finding", "title", "claim"]]
+    return ("<table><thead><tr><th>model</th><th>finding</th><th>status</th><th>statement</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table><h3>Criteria</h3>{_table(criteria)}")
+
+
+def _metadata(data: PanelData) -> str:
+    runs = data.runs
+    summary = []
+    for model, group in runs.groupby("model", sort=False):
+        first = group.iloc[0]
+        versions = sorted({", ".join(f"{name} {getattr(r, f'{name}_version')}" for name in VERSIONED
+                                     if isinstance(getattr(r, f"{name}_version", None), str))
+                           for r in group.itertuples()})
+        summary.append({
+            "model": model, "revisions": len(group), "architecture": first.architecture,
+            "layers x heads": f"{first.n_layers} x {first.n_heads}", "probe": first.probe,
+            "examples": first.n_examples, "devices": ", ".join(sorted(map(str, group.device.dropna().unique()))),
+            "config hashes": ", ".join(sorted(map(str, group.config_hash.dropna().unique()))),
+            "versions": "; ".join(versions), "wall time (s)": group.wall_s.sum(min_count=1),
+        })
+    per_run = runs.reindex(columns=["model", *RUN_COLUMNS])
+    return (_table(pd.DataFrame(summary)) + "<details><summary>Every run (model x revision)</summary>"
+            + _table(per_run) + "</details>")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _gaps(gaps: list[str]) -> str:
+    return '<ul class="gaps">' + "".join(f"<li>{_e(g)}</li>" for g in gaps) + "</ul>" if gaps else ""
+
+
+def page(data: PanelData, overview: list[Plot], per_model: dict[str, list[Plot]], ablation: Plot,
+         svgs: dict[str, str]) -> str:
+    """The whole page as one HTML string."""
+    counter = itertools.count(1)
+
+    def figures(plots: list[Plot]) -> str:
+        return "".join(_figure(p, svgs[p.key], next(counter)) for p in plots)
+
+    models = [p.name for p in data.panels]
+    per_model_gaps = {p.name: model_gaps(p, data.config) for p in data.panels}
+    missing = _gaps(panel_gaps(data)) + "".join(f"<h3>{_e(m)}</h3>{_gaps(g)}" for m, g in per_model_gaps.items() if g)
+    nav = ['<a href="#overview">Overview</a>', '<a href="#findings">Findings</a>']
+    nav += [f'<a href="#model-{slug(m)}">{_e(m)}</a>' for m in models]
+    nav += ['<a href="#ablations">Ablations</a>', '<a href="#runs">Runs</a>'] + (
+        ['<a href="#missing">Missing</a>'] if missing else [])
+    sections = [f'<section id="overview"><h2>Overview</h2>{figures(overview)}</section>',
+                f'<section id="findings"><h2>Findings F1-F6</h2>{_findings(data)}</section>']
+    for panel in data.panels:
+        names = ", ".join(revision_label(n, t) for n, t in zip(panel.names, panel.tokens))
+        sections.append(
+            f'<section id="model-{slug(panel.name)}"><h2>{_e(panel.name)}</h2>'
+            f'<p>{_count(len(panel.names), "revision")}: {_e(names)}</p>'
+            f"{_gaps(per_model_gaps[panel.name])}{figures(per_model[panel.name])}</section>")
+    sections.append(f'<section id="ablations"><h2>Ablations</h2>{figures([ablation])}</section>')
+    sections.append(f'<section id="runs"><h2>Runs</h2>{_metadata(data)}</section>')
+    if missing:
+        sections.append(f'<section id="missing"><h2>What is missing</h2>{missing}</section>')
+    notice = '<p class="gap">Some results are missing: <a href="#missing">what, and why</a>.</p>' if missing else ""
+    title = f"headtrace report: {data.results_dir.name}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(title)}</title><style>{_asset("report.css")}</style></head>
+<body><header><h1>{_e(title)}</h1><p>{_count(len(models), "model")}, {_count(len(data.revisions), "revision")} from
+{_e(data.results_dir)};
+headtrace {__version__}. Hover a point or a cell for its numbers.</p></header>
+<nav>{"".join(nav)}</nav><main>{notice}{"".join(sections)}</main>
+<div id="tip" hidden></div><script>{_asset("report.js")}</script></body></html>
+"""
