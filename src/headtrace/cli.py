@@ -234,7 +234,7 @@ def results(
                         f"{len(circuit)}" + (f" ({', '.join(circuit[:4])}{', ...' if len(circuit) > 4 else ''})"
                                              if len(circuit) else ""),
                         f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}",
-                        f"{int(heads.baseline_underflow.sum())}" or "", row.same_weights_as or "")
+                        f"{int(heads.baseline_underflow.sum())}", row.same_weights_as or "")
     out_console.print(summary)
     if runs.same_weights_as.notna().any():
         console.print("[bold red]WARNING:[/] some revisions have identical weight files (column same_weights_as): "

@@ -285,7 +285,8 @@ class OutputLock:
         self.previous_owner = _read_owner(fd)
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(), "command": " ".join(sys.argv)}
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, json.dumps(record).encode())
         self._fd = fd
         return self
 
@@ -299,7 +300,8 @@ class OutputLock:
 
 def _read_owner(fd: int) -> dict | None:
     try:
-        return json.loads(os.pread(fd, 4096, 0).decode() or "null")
+        os.lseek(fd, 0, os.SEEK_SET)
+        return json.loads(os.read(fd, 4096).decode() or "null")
     except ValueError:
         return None
 
