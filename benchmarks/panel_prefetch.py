@@ -23,14 +23,21 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pandas as pd
+
 ROOT = Path(__file__).resolve().parents[1]
 REPO = "EleutherAI/pythia-1b"
 
 
 def start_hub() -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
-    process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "hub_server.py")], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "hub_server.py")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     return process, process.stdout.readline().strip().split("=", 1)[1]
 
 
@@ -39,7 +46,7 @@ def control(url: str, method: str, payload: dict | None = None) -> None:
     urllib.request.urlopen(urllib.request.Request(f"{url}/_control/faults", data=data, method=method)).read()
 
 
-def run(panel_path: Path, out: Path, prefetch: bool) -> tuple[float, "pd.DataFrame"]:
+def run(panel_path: Path, out: Path, prefetch: bool) -> tuple[float, pd.DataFrame]:
     from headtrace.panel import load_panel, run_panel
     from headtrace.store import read_results
 
@@ -69,8 +76,10 @@ def main() -> None:
             urllib.request.urlopen(f"{url}/api/models/{REPO}/tree/{revision}").read()
         names = ", ".join(f'"{r}"' for r in revisions)
         panel = work / "panel.toml"
-        panel.write_text(f'[screen]\nn_examples = {args.n_examples}\nseq_len = 128\n\n'
-                         f'[[models]]\nid = "{REPO}"\nrevisions = [{names}]\n')
+        panel.write_text(
+            f"[screen]\nn_examples = {args.n_examples}\nseq_len = 128\n\n"
+            f'[[models]]\nid = "{REPO}"\nrevisions = [{names}]\n'
+        )
 
         # Warm up (imports, first model load), then calibrate on two unthrottled revisions: compute c and the
         # download's fixed cost o per revision; throttle so that a download takes o + size / rate = c.
@@ -83,7 +92,11 @@ def main() -> None:
         compute = (wall - float(runs.fetch_s.sum())) / len(runs)
         size = float(runs.downloaded_bytes.iloc[0])
         rate = size / max(compute - overhead, 0.1 * compute)
-        control(url, "POST", {"kind": "throttle", "target": "*/model.safetensors", "count": -1, "bytes_per_s": rate})
+        control(
+            url,
+            "POST",
+            {"kind": "throttle", "target": "*/model.safetensors", "count": -1, "bytes_per_s": rate},
+        )
 
         walls: dict[bool, list[float]] = {False: [], True: []}
         for repeat in range(args.repeats):
@@ -95,10 +108,14 @@ def main() -> None:
                     compute_total = wall - download
         sequential, overlapped = min(walls[False]), min(walls[True])
         bound = max(download, compute_total)
-        print(f"{args.revisions} revisions of {size / 1e6:.1f} MB, throttled to {rate / 1e6:.1f} MB/s; "
-              f"n_examples={args.n_examples}, seq_len=128, {os.cpu_count()} CPUs")
-        print(f"download D = {download:.2f} s, compute C = {compute_total:.2f} s (best sequential run); "
-              f"walls without {', '.join(f'{w:.1f}' for w in walls[False])} s, with {', '.join(f'{w:.1f}' for w in walls[True])} s")
+        print(
+            f"{args.revisions} revisions of {size / 1e6:.1f} MB, throttled to {rate / 1e6:.1f} MB/s; "
+            f"n_examples={args.n_examples}, seq_len=128, {os.cpu_count()} CPUs"
+        )
+        print(
+            f"download D = {download:.2f} s, compute C = {compute_total:.2f} s (best sequential run); "
+            f"walls without {', '.join(f'{w:.1f}' for w in walls[False])} s, with {', '.join(f'{w:.1f}' for w in walls[True])} s"
+        )
         print(f"without prefetch: {sequential:.2f} s = {sequential / bound:.2f} x max(D, C)")
         print(f"with prefetch:    {overlapped:.2f} s = {overlapped / bound:.2f} x max(D, C)")
         print(f"speed-up: {sequential / overlapped:.2f}x")

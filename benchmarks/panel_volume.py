@@ -15,17 +15,51 @@ import argparse
 import time
 
 import torch
-from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, OlmoConfig, OlmoeConfig, OlmoeForCausalLM, OlmoForCausalLM
+from transformers import (
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    OlmoConfig,
+    OlmoeConfig,
+    OlmoeForCausalLM,
+    OlmoForCausalLM,
+)
 
 COMMON = dict(vocab_size=50304, hidden_size=2048, num_hidden_layers=16, tie_word_embeddings=False)
 MODELS = {  # DESIGN.md section 3: the seed architectures
-    "EleutherAI/pythia-1b": (GPTNeoXForCausalLM, GPTNeoXConfig(**COMMON, num_attention_heads=8, intermediate_size=8192,
-                                                               rotary_pct=0.25, max_position_embeddings=2048), 2),
-    "allenai/OLMo-1B-0724-hf": (OlmoForCausalLM, OlmoConfig(**COMMON, num_attention_heads=16, intermediate_size=8192,
-                                                            clip_qkv=8.0, max_position_embeddings=4096), 4),
-    "allenai/OLMoE-1B-7B-0924": (OlmoeForCausalLM, OlmoeConfig(**COMMON, num_attention_heads=16, intermediate_size=1024,
-                                                               num_experts=64, num_experts_per_tok=8,
-                                                               max_position_embeddings=4096), 2),
+    "EleutherAI/pythia-1b": (
+        GPTNeoXForCausalLM,
+        GPTNeoXConfig(
+            **COMMON,
+            num_attention_heads=8,
+            intermediate_size=8192,
+            rotary_pct=0.25,
+            max_position_embeddings=2048,
+        ),
+        2,
+    ),
+    "allenai/OLMo-1B-0724-hf": (
+        OlmoForCausalLM,
+        OlmoConfig(
+            **COMMON,
+            num_attention_heads=16,
+            intermediate_size=8192,
+            clip_qkv=8.0,
+            max_position_embeddings=4096,
+        ),
+        4,
+    ),
+    "allenai/OLMoE-1B-7B-0924": (
+        OlmoeForCausalLM,
+        OlmoeConfig(
+            **COMMON,
+            num_attention_heads=16,
+            intermediate_size=1024,
+            num_experts=64,
+            num_experts_per_tok=8,
+            max_position_embeddings=4096,
+        ),
+        2,
+    ),
 }
 MASK_BUFFERS = {"EleutherAI/pythia-1b": 16 * 2048 * 2048}
 
@@ -37,8 +71,10 @@ def sizes() -> None:
             params = sum(p.numel() for p in cls(config).parameters())
         size = params * width + MASK_BUFFERS.get(name, 0)
         total += 10 * size
-        print(f"{name:26s} {params / 1e9:5.2f}B parameters x {width} bytes -> {size / 1e9:5.2f} GB per revision, "
-              f"{10 * size / 1e9:6.1f} GB for 10")
+        print(
+            f"{name:26s} {params / 1e9:5.2f}B parameters x {width} bytes -> {size / 1e9:5.2f} GB per revision, "
+            f"{10 * size / 1e9:6.1f} GB for 10"
+        )
     print(f"{'panel (30 revisions)':26s} {total / 1e9:.0f} GB to download")
 
 
@@ -48,14 +84,21 @@ def measure(n_examples: int) -> None:
     from headtrace.screen import ScreenConfig, screen
 
     probe = synthetic_induction(SyntheticInductionSpec(n_examples=n_examples, seq_len=256))
-    for name in ("EleutherAI/pythia-1b", "allenai/OLMo-1B-0724-hf"):  # OLMoE in fp32 does not fit 23 GB of RAM
+    for name in (
+        "EleutherAI/pythia-1b",
+        "allenai/OLMo-1B-0724-hf",
+    ):  # OLMoE in fp32 does not fit 23 GB of RAM
         cls, config, _ = MODELS[name]
         config._attn_implementation = "sdpa"
         model = cls(config).eval()
-        result = screen(ModelAdapter(model), probe, ScreenConfig(n_examples=n_examples, batch_size=n_examples))
+        result = screen(
+            ModelAdapter(model), probe, ScreenConfig(n_examples=n_examples, batch_size=n_examples)
+        )
         seconds = float(result.run.wall_s.iloc[0])
-        print(f"{name:26s} CPU fp32, {torch.get_num_threads()} threads: {seconds / n_examples:.2f} s per example "
-              f"(T=256) -> {2000 * seconds / n_examples / 3600:.1f} h for n=2000")
+        print(
+            f"{name:26s} CPU fp32, {torch.get_num_threads()} threads: {seconds / n_examples:.2f} s per example "
+            f"(T=256) -> {2000 * seconds / n_examples / 3600:.1f} h for n=2000"
+        )
         del model, result
 
 

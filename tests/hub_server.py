@@ -28,11 +28,24 @@ from typing import Callable
 from urllib.parse import unquote, urlsplit
 
 LFS_SUFFIXES = (".safetensors", ".bin")
-PYTHIA_BRANCHES = ["main"] + [f"step{s}" for s in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)] + [
-    f"step{s}" for s in range(1000, 143001, 1000)]
-OLMO_BRANCHES = ["main", "step1000-tokens2B", "step2000-tokens4B", "step5000-tokens10B", "step11000-tokens23B",
-                 "step25000-tokens52B", "step56000-tokens117B", "step126000-tokens264B", "step285000-tokens597B",
-                 "step644000-tokens1350B", "step1454000-tokens3048B"]
+PYTHIA_BRANCHES = (
+    ["main"]
+    + [f"step{s}" for s in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)]
+    + [f"step{s}" for s in range(1000, 143001, 1000)]
+)
+OLMO_BRANCHES = [
+    "main",
+    "step1000-tokens2B",
+    "step2000-tokens4B",
+    "step5000-tokens10B",
+    "step11000-tokens23B",
+    "step25000-tokens52B",
+    "step56000-tokens117B",
+    "step126000-tokens264B",
+    "step285000-tokens597B",
+    "step644000-tokens1350B",
+    "step1454000-tokens3048B",
+]
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -40,8 +53,10 @@ def git_blob_sha1(data: bytes) -> str:
 
 
 def lfs_pointer(data: bytes) -> bytes:
-    return (f"version https://git-lfs.github.com/spec/v1\noid sha256:{hashlib.sha256(data).hexdigest()}\n"
-            f"size {len(data)}\n").encode()
+    return (
+        f"version https://git-lfs.github.com/spec/v1\noid sha256:{hashlib.sha256(data).hexdigest()}\n"
+        f"size {len(data)}\n"
+    ).encode()
 
 
 def saved_files(model) -> dict[str, bytes]:
@@ -91,7 +106,9 @@ class FakeRepo:
             return self._files[branch]
 
 
-def fake_repo(repo_id: str, arch: str, branches: list[str], same_as: dict[str, str] | None = None) -> FakeRepo:
+def fake_repo(
+    repo_id: str, arch: str, branches: list[str], same_as: dict[str, str] | None = None
+) -> FakeRepo:
     """Tiny random checkpoints on every branch; `same_as` makes a branch serve another's files."""
     seeds = {b: i for i, b in enumerate(branches)}
     same_as = same_as or {}
@@ -166,8 +183,11 @@ class HubServer:
 
     def downloads(self, suffix: str = "") -> list[dict]:
         """Logged GET requests of repository files (resolve URLs) ending in `suffix`."""
-        return [r for r in self.requests if r["method"] == "GET" and "/resolve/" in r["path"]
-                and r["path"].endswith(suffix)]
+        return [
+            r
+            for r in self.requests
+            if r["method"] == "GET" and "/resolve/" in r["path"] and r["path"].endswith(suffix)
+        ]
 
     def start(self) -> "HubServer":
         self._thread.start()
@@ -239,7 +259,9 @@ class _HubHandler(BaseHTTPRequestHandler):
         if repo is None:
             return self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
         if rest == ["refs"]:
-            branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": repo.commit(b)} for b in repo.branches]
+            branches = [
+                {"name": b, "ref": f"refs/heads/{b}", "targetCommit": repo.commit(b)} for b in repo.branches
+            ]
             return self._json({"branches": branches, "tags": [], "converts": [], "pullRequests": []})
         revision = rest[1] if len(rest) >= 2 else "main"
         branch = repo.resolve(revision)
@@ -247,8 +269,15 @@ class _HubHandler(BaseHTTPRequestHandler):
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
         files = repo.files(branch)
         if not rest or rest[0] == "revision":
-            return self._json({"id": repo_id, "modelId": repo_id, "sha": repo.commit(branch), "private": False,
-                               "siblings": [{"rfilename": name} for name in sorted(files)]})
+            return self._json(
+                {
+                    "id": repo_id,
+                    "modelId": repo_id,
+                    "sha": repo.commit(branch),
+                    "private": False,
+                    "siblings": [{"rfilename": name} for name in sorted(files)],
+                }
+            )
         if rest[0] == "tree":
             return self._json([_tree_entry(name, data) for name, data in sorted(files.items())])
         return self._error(404, "EntryNotFound", "unknown API route")
@@ -267,16 +296,23 @@ class _HubHandler(BaseHTTPRequestHandler):
         commit = repo.commit(branch)
         if data is None:
             return self._error(404, "EntryNotFound", f"{filename} does not exist", {"X-Repo-Commit": commit})
-        headers = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        headers = {
+            "X-Repo-Commit": commit,
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
         if filename.endswith(LFS_SUFFIXES):
-            headers |= {"ETag": f'"{git_blob_sha1(lfs_pointer(data))}"',
-                        "X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"', "X-Linked-Size": str(len(data))}
+            headers |= {
+                "ETag": f'"{git_blob_sha1(lfs_pointer(data))}"',
+                "X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"',
+                "X-Linked-Size": str(len(data)),
+            }
         else:
             headers["ETag"] = f'"{git_blob_sha1(data)}"'
         start, end, status = 0, len(data), 200
         wanted = self.headers.get("Range")
         if wanted and wanted.startswith("bytes="):
-            first, _, last = wanted[len("bytes="):].partition("-")
+            first, _, last = wanted[len("bytes=") :].partition("-")
             start, end, status = int(first), (int(last) + 1 if last else len(data)), 206
             if start >= len(data):
                 return self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
@@ -291,7 +327,9 @@ class _HubHandler(BaseHTTPRequestHandler):
             return self._send(status, body[: fault.after_bytes], headers)
         if fault.kind == "corrupt":
             middle = len(body) // 2
-            return self._send(status, body[:middle] + bytes([body[middle] ^ 0xFF]) + body[middle + 1:], headers)
+            return self._send(
+                status, body[:middle] + bytes([body[middle] ^ 0xFF]) + body[middle + 1 :], headers
+            )
         if fault.kind == "drop":
             self._send(status, body[: fault.after_bytes], headers, content_length=len(body))
             self.close_connection = True
@@ -319,11 +357,22 @@ class _HubHandler(BaseHTTPRequestHandler):
         return self._send(200, json.dumps(payload).encode(), {"Content-Type": "application/json"})
 
     def _error(self, status: int, code: str, message: str, extra: dict | None = None) -> int:
-        headers = {"X-Error-Code": code, "X-Error-Message": message, "Content-Type": "application/json", **(extra or {})}
+        headers = {
+            "X-Error-Code": code,
+            "X-Error-Message": message,
+            "Content-Type": "application/json",
+            **(extra or {}),
+        }
         return self._send(status, json.dumps({"error": message}).encode(), headers)
 
-    def _send(self, status: int, body: bytes, headers: dict, content_length: int | None = None,
-              bytes_per_s: float = 0.0) -> int:
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        headers: dict,
+        content_length: int | None = None,
+        bytes_per_s: float = 0.0,
+    ) -> int:
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
@@ -334,7 +383,7 @@ class _HubHandler(BaseHTTPRequestHandler):
         chunk = max(int(bytes_per_s / 20), 1) if bytes_per_s else len(body) or 1
         try:
             for offset in range(0, len(body), chunk):
-                self.wfile.write(body[offset:offset + chunk])
+                self.wfile.write(body[offset : offset + chunk])
                 if bytes_per_s:
                     time.sleep(chunk / bytes_per_s)
             self.wfile.flush()
@@ -346,13 +395,22 @@ class _HubHandler(BaseHTTPRequestHandler):
 def _tree_entry(name: str, data: bytes) -> dict:
     if name.endswith(LFS_SUFFIXES):
         pointer = lfs_pointer(data)
-        return {"type": "file", "path": name, "size": len(data), "oid": git_blob_sha1(pointer),
-                "lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": len(pointer)}}
+        return {
+            "type": "file",
+            "path": name,
+            "size": len(data),
+            "oid": git_blob_sha1(pointer),
+            "lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": len(pointer)},
+        }
     return {"type": "file", "path": name, "size": len(data), "oid": git_blob_sha1(data)}
 
 
 if __name__ == "__main__":
-    server = HubServer([fake_repo("EleutherAI/pythia-1b", "gpt_neox", PYTHIA_BRANCHES),
-                        fake_repo("allenai/OLMo-1B-0724-hf", "olmo", OLMO_BRANCHES)]).start()
+    server = HubServer(
+        [
+            fake_repo("EleutherAI/pythia-1b", "gpt_neox", PYTHIA_BRANCHES),
+            fake_repo("allenai/OLMo-1B-0724-hf", "olmo", OLMO_BRANCHES),
+        ]
+    ).start()
     print(f"HF_ENDPOINT={server.url}", flush=True)
     threading.Event().wait()

@@ -17,8 +17,12 @@ TIMING_COLUMNS = ["wall_s", "started_at", "finished_at", "fetch_s", "load_s", "d
 
 def fake_hub() -> HubServer:
     """Pythia-like and OLMo-like repos; Pythia's step2 serves step1's files (a mis-served branch)."""
-    return HubServer([fake_repo(PYTHIA, "gpt_neox", PYTHIA_BRANCHES, same_as={"step2": "step1"}),
-                      fake_repo(OLMO, "olmo", OLMO_BRANCHES)])
+    return HubServer(
+        [
+            fake_repo(PYTHIA, "gpt_neox", PYTHIA_BRANCHES, same_as={"step2": "step1"}),
+            fake_repo(OLMO, "olmo", OLMO_BRANCHES),
+        ]
+    )
 
 
 def seed_of(repo_id: str, branch: str) -> int:
@@ -39,7 +43,11 @@ def panel_file(folder: Path, models: dict[str, object], screen: str = SCREEN, na
     """A panel TOML with the given models (id -> revisions list or selection string)."""
     lines = [f'name = "{name}"', screen]
     for model, revisions in models.items():
-        selection = f'"{revisions}"' if isinstance(revisions, str) else "[" + ", ".join(f'"{r}"' for r in revisions) + "]"
+        selection = (
+            f'"{revisions}"'
+            if isinstance(revisions, str)
+            else "[" + ", ".join(f'"{r}"' for r in revisions) + "]"
+        )
         lines += ["[[models]]", f'id = "{model}"', f"revisions = {selection}", ""]
     path = folder / f"{name}.toml"
     path.write_text("\n".join(lines))

@@ -34,7 +34,9 @@ def ray_cluster(tmp_path_factory):
 
 def test_ray_executor_writes_the_same_tables_as_the_local_executor(ray_cluster, tmp_path):
     panel = load_panel(panel_file(tmp_path, {PYTHIA: ["step4", "step8"]}))
-    on_ray = run_panel(panel, tmp_path / "ray", executor="ray", ray=RayOptions(cpus_per_task=1, max_retries=1))
+    on_ray = run_panel(
+        panel, tmp_path / "ray", executor="ray", ray=RayOptions(cpus_per_task=1, max_retries=1)
+    )
     assert not on_ray.failed and len(on_ray.computed) == 2
     run_panel(panel, tmp_path / "local", executor="local")
     assert_same_tables(read_results(tmp_path / "ray"), read_results(tmp_path / "local"))

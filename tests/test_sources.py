@@ -50,7 +50,9 @@ def test_hub_discovery_lists_every_branch_with_tokens(cache):
     assert sorted(r.name for r in pythia) == sorted(PYTHIA_BRANCHES)
     assert {r.name: r.tokens for r in pythia}["step143000"] == 143000 * 2_097_152
     olmo = {r.name: r.tokens for r in HubSource(OLMO).revisions()}
-    assert olmo["step1454000-tokens3048B"] == 3048e9 and olmo["main"] is None and len(olmo) == len(OLMO_BRANCHES)
+    assert (
+        olmo["step1454000-tokens3048B"] == 3048e9 and olmo["main"] is None and len(olmo) == len(OLMO_BRANCHES)
+    )
     with pytest.raises(HeadtraceError, match="model 'EleutherAI/pythia-1x' was not found"):
         HubSource("EleutherAI/pythia-1x").revisions()
 
@@ -58,22 +60,30 @@ def test_hub_discovery_lists_every_branch_with_tokens(cache):
 def test_hub_fetch_verifies_and_hashes_what_the_hub_serves(hub, cache):
     source = HubSource(PYTHIA, retry=FAST)
     one, two, four = (fetch(source, r) for r in ("step1", "step2", "step4"))
-    assert one.checkpoint_hash == served_hash(hub, PYTHIA, "step1") == two.checkpoint_hash  # step2 = step1's files
+    assert (
+        one.checkpoint_hash == served_hash(hub, PYTHIA, "step1") == two.checkpoint_hash
+    )  # step2 = step1's files
     assert four.checkpoint_hash == served_hash(hub, PYTHIA, "step4") != one.checkpoint_hash
-    assert (Path(four.path) / "model.safetensors").read_bytes() == hub.repos[PYTHIA].files("step4")["model.safetensors"]
+    assert (Path(four.path) / "model.safetensors").read_bytes() == hub.repos[PYTHIA].files("step4")[
+        "model.safetensors"
+    ]
     for checkpoint in (one, two, four):
         source.release(checkpoint)
     assert not any(p.is_file() for p in cache.rglob("snapshots/*/*"))
     assert not [p for p in cache.rglob("blobs/*")]
 
 
-@pytest.mark.parametrize("fault", [
-    Fault("drop", after_bytes=200_000),  # huggingface_hub resumes the stream itself
-    Fault("truncate", after_bytes=1000),  # a complete response that is too short
-    Fault("corrupt"),  # right length, wrong sha256
-    Fault("status", status=500, count=2),
-    Fault("status", status=429, count=2),
-], ids=lambda f: f"{f.kind}-{f.status}" if f.kind == "status" else f.kind)
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault("drop", after_bytes=200_000),  # huggingface_hub resumes the stream itself
+        Fault("truncate", after_bytes=1000),  # a complete response that is too short
+        Fault("corrupt"),  # right length, wrong sha256
+        Fault("status", status=500, count=2),
+        Fault("status", status=429, count=2),
+    ],
+    ids=lambda f: f"{f.kind}-{f.status}" if f.kind == "status" else f.kind,
+)
 def test_transient_faults_are_retried_and_the_file_is_intact(hub, cache, fault):
     fault.target = "*/resolve/step8/model.safetensors"
     hub.inject(fault)
@@ -87,8 +97,11 @@ def test_transient_faults_are_retried_and_the_file_is_intact(hub, cache, fault):
 def test_persistent_faults_end_in_one_clear_error_and_leave_no_file(hub, cache, kind):
     hub.inject(Fault(kind, target="*/resolve/step16/model.safetensors", count=-1, after_bytes=1000))
     before = len(hub.downloads("/step16/model.safetensors"))
-    with pytest.raises(HeadtraceError, match=r"cannot download model\.safetensors of revision 'step16' of "
-                                             r"EleutherAI/pythia-1b after 3 attempts .*re-run"):
+    with pytest.raises(
+        HeadtraceError,
+        match=r"cannot download model\.safetensors of revision 'step16' of "
+        r"EleutherAI/pythia-1b after 3 attempts .*re-run",
+    ):
         fetch(HubSource(PYTHIA, retry=FAST), "step16")
     assert len(hub.downloads("/step16/model.safetensors")) - before == 3
     assert not [p for p in cache.rglob("blobs/*") if p.stat().st_size > 100_000]
@@ -109,7 +122,9 @@ def test_offline_mode_uses_the_cache_only(hub, cache, monkeypatch):
     requests = len(hub.requests)
     assert [r.name for r in source.revisions()] == ["step64"]
     assert fetch(source, "step64").checkpoint_hash == served_hash(hub, PYTHIA, "step64")
-    with pytest.raises(HeadtraceError, match="HF_HUB_OFFLINE is set and EleutherAI/pythia-1b@step128 is not in the cache"):
+    with pytest.raises(
+        HeadtraceError, match="HF_HUB_OFFLINE is set and EleutherAI/pythia-1b@step128 is not in the cache"
+    ):
         fetch(source, "step128")
     assert len(hub.requests) == requests
 
@@ -136,14 +151,21 @@ def test_local_directory_tokens_from_names_and_weights_hashed(tmp_path):
 def test_organism_layout_reads_tokens_from_revisions_json(tmp_path):
     root = tmp_path / "organism"
     save_checkpoints(root, {"step000016": 0, "step000128": 1})
-    entries = [{"revision": "step000128", "step": 128, "tokens": 65536.0},
-               {"revision": "step000016", "step": 16, "tokens": 8192.0}]
+    entries = [
+        {"revision": "step000128", "step": 128, "tokens": 65536.0},
+        {"revision": "step000016", "step": 16, "tokens": 8192.0},
+    ]
     (root / "revisions.json").write_text(json.dumps(entries))
     revisions = LocalSource(str(root), model="organism", organism=True).revisions()
-    assert [(r.name, r.step, r.tokens) for r in revisions] == [("step000016", 16, 8192.0), ("step000128", 128, 65536.0)]
+    assert [(r.name, r.step, r.tokens) for r in revisions] == [
+        ("step000016", 16, 8192.0),
+        ("step000128", 128, 65536.0),
+    ]
 
     panel = tmp_path / "organism.toml"
-    panel.write_text(f'{SCREEN}\n[[models]]\nid = "organism"\nsource = "organism"\npath = "organism"\nrevisions = "all"\n')
+    panel.write_text(
+        f'{SCREEN}\n[[models]]\nid = "organism"\nsource = "organism"\npath = "organism"\nrevisions = "all"\n'
+    )
     run_panel(load_panel(panel), tmp_path / "out")
     runs = read_results(tmp_path / "out")[1]
     assert list(zip(runs.revision, runs.tokens)) == [("step000016", 8192.0), ("step000128", 65536.0)]
@@ -152,4 +174,3 @@ def test_organism_layout_reads_tokens_from_revisions_json(tmp_path):
     (root / "revisions.json").unlink()
     with pytest.raises(HeadtraceError, match="has no revisions.json: it is not a model organism's output"):
         LocalSource(str(root), model="organism", organism=True).revisions()
-

@@ -141,7 +141,8 @@ class PanelDisplay:
         self.progress.reset(self.download, description=f"download {label}", total=None, visible=True, info="")
 
         def update(done: int, total: int) -> None:
-            self.progress.update(self.download, completed=done, total=total, info=f"{decimal(done)}/{decimal(total)}")
+            info = f"{decimal(done)}/{decimal(total)}"
+            self.progress.update(self.download, completed=done, total=total, info=info)
 
         return update
 
@@ -160,7 +161,8 @@ class PanelDisplay:
         self.done += 1
         self.progress.update(self.panel, completed=self.done, info=f"{self.done}/{self.total} revisions")
         if result.error:
-            self.progress.console.print(f"[red]failed[/] {result.task.label}: {result.error}", highlight=False)
+            message = f"[red]failed[/] {result.task.label}: {result.error}"
+            self.progress.console.print(message, highlight=False)
 
     def warn(self, message: str) -> None:
         self.progress.console.print(f"[bold red]WARNING:[/] {message}", highlight=False)
@@ -171,7 +173,7 @@ def run(
     panel: Path = typer.Argument(..., help="Panel file (TOML): models, revisions, screen config."),
     out: Optional[Path] = typer.Option(None, help="Results directory (default: results/<panel name>)."),
     executor: str = typer.Option("local", help="local (this process) or ray."),
-    address: Optional[str] = typer.Option(None, help="Ray cluster to attach to (default: start a local one)."),
+    address: Optional[str] = typer.Option(None, help="Ray cluster to attach to (default: start one here)."),
     keep_checkpoints: bool = typer.Option(False, help="Keep downloaded checkpoints in the hub cache."),
     prefetch: bool = typer.Option(True, help="Download the next revision while screening (local executor)."),
     gpus_per_task: Optional[float] = typer.Option(None, help="Ray: GPUs per task, fractions allowed "
@@ -185,24 +187,24 @@ def run(
 
     spec = load_panel(panel)
     out = out or Path("results") / spec.name
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24), TextColumn("{task.fields[info]}"),
-               TimeElapsedColumn())
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
+               TextColumn("{task.fields[info]}"), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
         display = PanelDisplay(progress, spec.name)
+        ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
+                         max_retries=max_retries)
         result = run_panel(spec, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch,
-                           ray=RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
-                                          max_retries=max_retries),
-                           reporter=display, on_start=display.start)
+                           ray=ray, reporter=display, on_start=display.start)
     for model, revision, same in result.identical:
-        console.print(f"[bold red]WARNING: identical weights:[/] {model} {revision} has the same weight files as "
-                      f"{same}; the source may serve the wrong checkpoint for one of them (cf. Pythia issue #205)",
-                      highlight=False)
+        console.print(f"[bold red]WARNING: identical weights:[/] {model} {revision} has the same weight "
+                      f"files as {same}; the source may serve the wrong checkpoint for one of them (cf. Pythia "
+                      "issue #205)", highlight=False)
     console.print(f"results in {out}/ ({len(result.computed) + len(result.recomputed)} screened, "
                   f"{len(result.skipped)} kept); summary: headtrace results {out}")
     if result.failed:
         raise HeadtraceError(f"{len(result.failed)} of {len(result.planned)} revisions failed "
-                             f"({', '.join(result.failed)}); fix the cause and re-run the same command: finished "
-                             "revisions are kept")
+                             f"({', '.join(result.failed)}); fix the cause and re-run the same command: "
+                             "finished revisions are kept")
 
 
 def _tokens_text(tokens: float) -> str:
@@ -220,27 +222,29 @@ def results(
     save: Optional[Path] = typer.Option(None, help="Also save the one-table view (.parquet or .csv)."),
 ) -> None:
     """Load a results directory into one table and print a summary per model and revision."""
-    from headtrace.panel import load_results, write_table
+    from headtrace.panel import load_results
 
     table = load_results(out)
     runs = table.drop_duplicates(["model", "revision"])
     summary = Table(title=f"{out}: {len(runs)} revisions, {len(table)} heads")
-    for column in ("model", "revision", "tokens", "top-1", "induction heads", "sink heads", "underflow", "same weights as"):
-        summary.add_column(column, justify="left" if column in ("model", "revision", "same weights as") else "right")
+    for column in ("model", "revision", "tokens", "top-1", "induction heads", "sink heads", "underflow",
+                   "same weights as"):
+        summary.add_column(column, justify="right" if column in ("tokens", "top-1", "underflow") else "left")
     for (model, revision), heads in table.groupby(["model", "revision"], sort=False):
         row = heads.iloc[0]
-        circuit = heads.loc[heads.induction_circuit, "head_id"]
+        circuit = list(heads.loc[heads.induction_circuit, "head_id"])
+        shown = ", ".join(circuit[:4]) + (", ..." if len(circuit) > 4 else "")
         summary.add_row(model, revision, _tokens_text(row.tokens), f"{row.top1:.3f}",
-                        f"{len(circuit)}" + (f" ({', '.join(circuit[:4])}{', ...' if len(circuit) > 4 else ''})"
-                                             if len(circuit) else ""),
+                        f"{len(circuit)} ({shown})" if circuit else "0",
                         f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}",
-                        f"{int(heads.baseline_underflow.sum())}", row.same_weights_as or "")
+                        str(int(heads.baseline_underflow.sum())),
+                        row.same_weights_as if isinstance(row.same_weights_as, str) else "")
     out_console.print(summary)
     if runs.same_weights_as.notna().any():
-        console.print("[bold red]WARNING:[/] some revisions have identical weight files (column same_weights_as): "
-                      "the source may serve the wrong checkpoint for them")
+        console.print("[bold red]WARNING:[/] some revisions have identical weight files (column "
+                      "same_weights_as): the source may serve the wrong checkpoint for them")
     if save:
-        write_table(table, save)
+        table.to_csv(save, index=False) if save.suffix == ".csv" else table.to_parquet(save, index=False)
         console.print(f"saved {len(table)} rows to {save}")
 
 

@@ -100,41 +100,61 @@ def fetch(task: Task, reporter: Reporter) -> Checkpoint | TaskResult:
 
 
 def complete(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter) -> TaskResult:
-    """Screen a fetched checkpoint, write its shard, release its files."""
+    """Screen a fetched checkpoint, write its shard, release its files (also when it failed)."""
+    try:
+        return _screen_and_write(task, checkpoint, settings, reporter)
+    finally:
+        if not settings.keep_checkpoints:
+            task.source.release(checkpoint)
+
+
+def _screen_and_write(
+    task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter
+) -> TaskResult:
     from headtrace.models import load_model, load_tokenizer
     from headtrace.screen import build_probe, screen
     from headtrace.store import write_shard
 
     config = settings.config
     try:
-        try:
-            started = time.perf_counter()
-            adapter = load_model(checkpoint.path, dtype=config.dtype, device=config.device)
-            load_s = time.perf_counter() - started
-            probe = build_probe(config, lambda: load_tokenizer(checkpoint.path))
-            result = screen(adapter, probe, config, model_name=task.source.name, revision=task.revision.name,
-                            tokens=task.revision.tokens, progress=reporter.screening(task.label))
-        except HeadtraceError as exc:
-            return TaskResult(task, error=str(exc), fatal=isinstance(exc, DiskFull))
-        run = result.run.assign(
-            source=checkpoint.source, checkpoint_hash=checkpoint.checkpoint_hash,
-            downloaded_bytes=checkpoint.downloaded_bytes, fetch_s=checkpoint.fetch_s, load_s=load_s,
-            schema_version=SCHEMA_VERSION, finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        try:
-            write_shard(settings.out, result.heads, run)
-        except HeadtraceError as exc:
-            return TaskResult(task, error=str(exc), fatal=True)
-        return TaskResult(task, run=run.iloc[0].to_dict())
-    finally:
-        if not settings.keep_checkpoints:
-            task.source.release(checkpoint)
+        started = time.perf_counter()
+        adapter = load_model(checkpoint.path, dtype=config.dtype, device=config.device)
+        load_s = time.perf_counter() - started
+        probe = build_probe(config, lambda: load_tokenizer(checkpoint.path))
+        result = screen(
+            adapter,
+            probe,
+            config,
+            model_name=task.source.name,
+            revision=task.revision.name,
+            tokens=task.revision.tokens,
+            progress=reporter.screening(task.label),
+        )
+    except HeadtraceError as exc:
+        return TaskResult(task, error=str(exc), fatal=isinstance(exc, DiskFull))
+    run = result.run.assign(
+        source=checkpoint.source,
+        checkpoint_hash=checkpoint.checkpoint_hash,
+        downloaded_bytes=checkpoint.downloaded_bytes,
+        fetch_s=checkpoint.fetch_s,
+        load_s=load_s,
+        schema_version=SCHEMA_VERSION,
+        finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+    try:
+        write_shard(settings.out, result.heads, run)
+    except HeadtraceError as exc:  # the results directory itself failed: no point going on
+        return TaskResult(task, error=str(exc), fatal=True)
+    return TaskResult(task, run=run.iloc[0].to_dict())
 
 
 def run_task(task: Task, settings: TaskSettings, reporter: Reporter | None = None) -> TaskResult:
     """Fetch, screen, write and release one task (what a Ray worker runs)."""
     reporter = reporter or QuietReporter()
     checkpoint = fetch(task, reporter)
-    return checkpoint if isinstance(checkpoint, TaskResult) else complete(task, checkpoint, settings, reporter)
+    return (
+        checkpoint if isinstance(checkpoint, TaskResult) else complete(task, checkpoint, settings, reporter)
+    )
 
 
 class _Prefetch:
@@ -143,8 +163,9 @@ class _Prefetch:
     def __init__(self, task: Task, reporter: Reporter):
         self.task = task
         self._outcome: Checkpoint | TaskResult | None = None
-        self._thread = threading.Thread(target=self._run, args=(reporter,), daemon=True,
-                                         name=f"headtrace-fetch {task.label}")
+        self._thread = threading.Thread(
+            target=self._run, args=(reporter,), daemon=True, name=f"headtrace-fetch {task.label}"
+        )
         self._thread.start()
 
     def _run(self, reporter: Reporter) -> None:
@@ -155,14 +176,20 @@ class _Prefetch:
         return self._outcome
 
 
-def run_local(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, prefetch: bool = True) -> Iterator[TaskResult]:
+def run_local(
+    tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, prefetch: bool = True
+) -> Iterator[TaskResult]:
     """Run tasks in order here; with `prefetch`, the next revision downloads while this one is screened."""
     ahead = _Prefetch(tasks[0], reporter) if prefetch and tasks else None
     for index, task in enumerate(tasks):
         checkpoint = ahead.result() if ahead else fetch(task, reporter)
         upcoming = tasks[index + 1] if index + 1 < len(tasks) else None
         ahead = _Prefetch(upcoming, reporter) if prefetch and upcoming else None
-        result = checkpoint if isinstance(checkpoint, TaskResult) else complete(task, checkpoint, settings, reporter)
+        result = (
+            checkpoint
+            if isinstance(checkpoint, TaskResult)
+            else complete(task, checkpoint, settings, reporter)
+        )
         reporter.finished(result)
         yield result
 
@@ -178,8 +205,11 @@ class RayOptions:
     num_cpus: int | None = None  # size of a local cluster (default: all cores)
 
 
-def run_ray(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, options: RayOptions) -> Iterator[TaskResult]:
-    """Run every task as a Ray task; results arrive as tasks end."""
+def run_ray(
+    tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, options: RayOptions
+) -> Iterator[TaskResult]:
+    """Run every task as a Ray task; results arrive as tasks end. A Ray connection this process
+    already has is used as it is; otherwise one is made (and closed at the end)."""
     import ray
 
     started_here = not ray.is_initialized()
@@ -187,12 +217,15 @@ def run_ray(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, o
         if options.address:
             ray.init(address=options.address, log_to_driver=False)
         else:
-            ray.init(num_cpus=options.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+            ray.init(
+                num_cpus=options.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False
+            )
     gpus = options.gpus_per_task
     if gpus is None:
         gpus = 1.0 if settings.config.device.startswith("cuda") else 0.0
-    remote = ray.remote(run_task).options(num_gpus=gpus, num_cpus=options.cpus_per_task,
-                                          max_retries=options.max_retries)
+    remote = ray.remote(run_task).options(
+        num_gpus=gpus, num_cpus=options.cpus_per_task, max_retries=options.max_retries
+    )
     pending = {remote.remote(task, settings): task for task in tasks}
     try:
         while pending:
@@ -202,7 +235,9 @@ def run_ray(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, o
                 result = ray.get(done[0])
             except ray.exceptions.RayError as exc:
                 first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                result = TaskResult(task, error=f"Ray task failed after {options.max_retries} retries: {first_line}")
+                result = TaskResult(
+                    task, error=f"Ray task failed after {options.max_retries} retries: {first_line}"
+                )
             reporter.finished(result)
             yield result
     finally:

@@ -39,11 +39,20 @@ import pandas as pd
 
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
-from headtrace.executors import QuietReporter, RayOptions, Reporter, Task, TaskResult, TaskSettings, run_local, run_ray
+from headtrace.executors import (
+    QuietReporter,
+    RayOptions,
+    Reporter,
+    Task,
+    TaskResult,
+    TaskSettings,
+    run_local,
+    run_ray,
+)
 from headtrace.revisions import select
 from headtrace.screen import SCHEMA_VERSION, ScreenConfig
 from headtrace.sources import HubSource, LocalSource, RetryPolicy
-from headtrace.store import HEADS, RUNS, read_results, write_parquet_atomic
+from headtrace.store import HEADS, RUNS, read_results
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -76,8 +85,9 @@ class ModelSpec:
     def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> HubSource | LocalSource:
         if self.source == "hub":
             return HubSource(self.id, tokens_per_step=self.tokens_per_step, retry=retry)
-        return LocalSource(self.path, model=self.id, tokens_per_step=self.tokens_per_step,
-                           organism=self.source == "organism")
+        return LocalSource(
+            self.path, model=self.id, tokens_per_step=self.tokens_per_step, organism=self.source == "organism"
+        )
 
 
 @dataclass(frozen=True)
@@ -105,10 +115,24 @@ class Panel:
 
 
 # Allowed keys of each table and their types ("revisions": a string or a list of strings).
-_ROOT_KEYS = {"name": "str", "description": "str", "screen": "table", "models": "tables", "ablation": "table",
-              "download": "table"}
-_MODEL_KEYS = {"id": "str", "source": "str", "path": "str", "revisions": "revisions", "tokens_per_step": "float"}
-_ABLATION_KEYS = {f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationSpec)}
+_ROOT_KEYS = {
+    "name": "str",
+    "description": "str",
+    "screen": "table",
+    "models": "tables",
+    "ablation": "table",
+    "download": "table",
+}
+_MODEL_KEYS = {
+    "id": "str",
+    "source": "str",
+    "path": "str",
+    "revisions": "revisions",
+    "tokens_per_step": "float",
+}
+_ABLATION_KEYS = {
+    f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationSpec)
+}
 _SCREEN_KEYS = {f.name: str(f.type) for f in dataclasses.fields(ScreenConfig)}
 _DOWNLOAD_KEYS = {f.name: str(f.type) for f in dataclasses.fields(RetryPolicy)}
 
@@ -136,8 +160,11 @@ class _KeyLines:
                 self.keys.setdefault((table, match[2]), number)
 
     def of(self, table: str, key: str | None = None) -> int | None:
-        return (self.keys.get((table, key)) if key else None) or self.tables.get(table) or \
-            self.keys.get(("", table.split(".")[0]))
+        return (
+            (self.keys.get((table, key)) if key else None)
+            or self.tables.get(table)
+            or self.keys.get(("", table.split(".")[0]))
+        )
 
 
 def _type_ok(value, kind: str) -> bool:
@@ -145,12 +172,30 @@ def _type_ok(value, kind: str) -> bool:
         return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
     if isinstance(value, bool):
         return kind == "bool"
-    return isinstance(value, {"str": str, "str | None": str, "int": int, "float": (int, float), "bool": bool,
-                              "table": dict, "tables": list}[kind])
+    return isinstance(
+        value,
+        {
+            "str": str,
+            "str | None": str,
+            "int": int,
+            "float": (int, float),
+            "bool": bool,
+            "table": dict,
+            "tables": list,
+        }[kind],
+    )
 
 
-_TYPE_NAMES = {"str": "a string", "str | None": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
-               "table": "a table", "tables": "an array of tables ([[models]])", "revisions": "a list of names or 'log:N' / 'all'"}
+_TYPE_NAMES = {
+    "str": "a string",
+    "str | None": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "table": "a table",
+    "tables": "an array of tables ([[models]])",
+    "revisions": "a list of names or 'log:N' / 'all'",
+}
 
 
 class _Checker:
@@ -169,8 +214,12 @@ class _Checker:
                 import difflib
 
                 hint = difflib.get_close_matches(key, list(schema), n=1)
-                raise self.fail(table, key, f"unknown key '{key}' in {where}"
-                                + (f"; did you mean '{hint[0]}'?" if hint else f"; allowed: {', '.join(schema)}"))
+                raise self.fail(
+                    table,
+                    key,
+                    f"unknown key '{key}' in {where}"
+                    + (f"; did you mean '{hint[0]}'?" if hint else f"; allowed: {', '.join(schema)}"),
+                )
             if not _type_ok(value, schema[key]):
                 raise self.fail(table, key, f"'{key}' must be {_TYPE_NAMES[schema[key]]}, not {value!r}")
         for key in required:
@@ -221,7 +270,9 @@ def load_panel(path: str | Path) -> Panel:
                 raise check.fail(table, None, f"model '{values['id']}' has source = \"{source}\" but no path")
             values["path"] = str((base / values["path"]).resolve())
         elif "path" in values:
-            raise check.fail(table, "path", f"model '{values['id']}' comes from the hub: drop path, or set source")
+            raise check.fail(
+                table, "path", f"model '{values['id']}' comes from the hub: drop path, or set source"
+            )
         if values.get("tokens_per_step") is not None and values["tokens_per_step"] <= 0:
             raise check.fail(table, "tokens_per_step", "tokens_per_step must be positive")
         if any(m.id == values["id"] for m in models):
@@ -236,8 +287,12 @@ def load_panel(path: str | Path) -> Panel:
         ablation = AblationSpec(**values)
         check.choice("ablation", "mode", ablation.mode, ("zero", "mean"))
         if ablation.circuit not in CIRCUITS and not _HEAD_LIST.match(ablation.circuit):
-            raise check.fail("ablation", "circuit", f"circuit = '{ablation.circuit}' is not one of "
-                             f"{', '.join(CIRCUITS)} nor a head list like 'L2H11,L4H12'")
+            raise check.fail(
+                "ablation",
+                "circuit",
+                f"circuit = '{ablation.circuit}' is not one of "
+                f"{', '.join(CIRCUITS)} nor a head list like 'L2H11,L4H12'",
+            )
         if ablation.seeds < 1:
             raise check.fail("ablation", "seeds", f"seeds must be >= 1 (got {ablation.seeds})")
         if isinstance(ablation.revisions, str) and ablation.revisions not in ("final", "all"):
@@ -245,8 +300,15 @@ def load_panel(path: str | Path) -> Panel:
     retry = RetryPolicy(**check.table(document.get("download", {}), _DOWNLOAD_KEYS, "download"))
     if retry.attempts < 1 or retry.backoff_s < 0:
         raise check.fail("download", None, "attempts must be >= 1 and backoff_s >= 0")
-    return Panel(name=document.get("name", path.stem), models=tuple(models), screen=screen, ablation=ablation,
-                 retry=retry, path=str(path), sha256=hashlib.sha256(raw).hexdigest())
+    return Panel(
+        name=document.get("name", path.stem),
+        models=tuple(models),
+        screen=screen,
+        ablation=ablation,
+        retry=retry,
+        path=str(path),
+        sha256=hashlib.sha256(raw).hexdigest(),
+    )
 
 
 def plan(panel: Panel) -> list[Task]:
@@ -279,11 +341,22 @@ class OutputLock:
         if not lock_descriptor(fd, blocking=False):
             owner = _read_owner(fd)
             os.close(fd)
-            who = f"pid {owner.get('pid')} on {owner.get('host')}, since {owner.get('started')}" if owner else "another process"
-            raise HeadtraceError(f"'{self.path.parent}' is in use by another `headtrace run` ({who}); wait for it "
-                                 "to finish or pick another --out")
+            who = (
+                f"pid {owner.get('pid')} on {owner.get('host')}, since {owner.get('started')}"
+                if owner
+                else "another process"
+            )
+            raise HeadtraceError(
+                f"'{self.path.parent}' is in use by another `headtrace run` ({who}); wait for it "
+                "to finish or pick another --out"
+            )
         self.previous_owner = _read_owner(fd)
-        record = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(), "command": " ".join(sys.argv)}
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": _now(),
+            "command": " ".join(sys.argv),
+        }
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, json.dumps(record).encode())
@@ -328,21 +401,33 @@ def _check_written_by_us(out: Path, runs: pd.DataFrame) -> None:
         except ValueError:
             document = {}
         if document.get("schema", 0) > MANIFEST_SCHEMA or _newer(str(document.get("headtrace_version", "0"))):
-            raise HeadtraceError(f"'{out}' was written by headtrace {document.get('headtrace_version')} (manifest "
-                                 f"schema {document.get('schema')}), newer than this {__version__}; upgrade headtrace "
-                                 "or pick another --out")
+            raise HeadtraceError(
+                f"'{out}' was written by headtrace {document.get('headtrace_version')} (manifest "
+                f"schema {document.get('schema')}), newer than this {__version__}; upgrade headtrace "
+                "or pick another --out"
+            )
     for row in runs.itertuples():
         schema = getattr(row, "schema_version", None)
         if _newer(str(row.headtrace_version)) or (pd.notna(schema) and schema > SCHEMA_VERSION):
-            raise HeadtraceError(f"'{out}/{RUNS}' holds {row.model}@{row.revision} from headtrace "
-                                 f"{row.headtrace_version}, newer than this {__version__}; upgrade headtrace or pick "
-                                 "another --out")
+            raise HeadtraceError(
+                f"'{out}/{RUNS}' holds {row.model}@{row.revision} from headtrace "
+                f"{row.headtrace_version}, newer than this {__version__}; upgrade headtrace or pick "
+                "another --out"
+            )
 
 
 def _existing_runs(out: Path) -> pd.DataFrame:
-    """Every finished shard's run record (empty when there are none)."""
-    files = sorted((out / RUNS).glob("*.parquet")) if (out / RUNS).is_dir() else []
-    frames = [pd.read_parquet(f).assign(shard=f.name) for f in files if (out / HEADS / f.name).is_file()]
+    """Every finished shard's run record (empty when there are none). A shard without its heads
+    table, or one that cannot be read, does not count: its task runs again and replaces it."""
+    import pyarrow
+
+    frames = []
+    for path in sorted((out / RUNS).glob("*.parquet")) if (out / RUNS).is_dir() else []:
+        try:
+            if (out / HEADS / path.name).is_file():
+                frames.append(pd.read_parquet(path).assign(shard=path.name))
+        except (OSError, pyarrow.ArrowException):
+            continue
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["shard", "config_hash"])
 
 
@@ -352,23 +437,50 @@ def identical_weights(runs: pd.DataFrame) -> pd.Series:
         return pd.Series([None] * len(runs), index=runs.index, dtype=object)
     ordered = runs.sort_values(["tokens", "revision"], kind="stable", na_position="last")
     first = ordered.dropna(subset=["checkpoint_hash"]).groupby(["model", "checkpoint_hash"]).revision.first()
-    same = [first.get((m, h)) if isinstance(h, str) else None for m, h in zip(runs.model, runs.checkpoint_hash)]
-    return pd.Series([s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object)
+    same = [
+        first.get((m, h)) if isinstance(h, str) else None for m, h in zip(runs.model, runs.checkpoint_hash)
+    ]
+    return pd.Series(
+        [s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object
+    )
 
 
-_MANIFEST_COLUMNS = ("model", "revision", "tokens", "source", "config_hash", "checkpoint_hash", "same_weights_as",
-                     "downloaded_bytes", "fetch_s", "load_s", "wall_s", "started_at", "finished_at",
-                     "headtrace_version", "torch_version", "transformers_version", "device", "dtype")
+_MANIFEST_COLUMNS = (
+    "model",
+    "revision",
+    "tokens",
+    "source",
+    "config_hash",
+    "checkpoint_hash",
+    "same_weights_as",
+    "downloaded_bytes",
+    "fetch_s",
+    "load_s",
+    "wall_s",
+    "started_at",
+    "finished_at",
+    "headtrace_version",
+    "torch_version",
+    "transformers_version",
+    "device",
+    "dtype",
+)
 
 
 def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[str, str]) -> None:
     runs = runs.assign(same_weights_as=identical_weights(runs))
     columns = [c for c in _MANIFEST_COLUMNS if c in runs]
     shards = json.loads(runs[columns + ["shard"]].to_json(orient="records"))
-    document = {"schema": MANIFEST_SCHEMA, "headtrace_version": __version__, "updated_at": _now(),
-                "panel": {"name": panel.name, "file": panel.path, "sha256": panel.sha256},
-                "config_hash": panel.screen.config_hash, "config": panel.screen.to_dict(),
-                "shards": shards, "failed": [{"task": k, "error": v} for k, v in failed.items()]}
+    document = {
+        "schema": MANIFEST_SCHEMA,
+        "headtrace_version": __version__,
+        "updated_at": _now(),
+        "panel": {"name": panel.name, "file": panel.path, "sha256": panel.sha256},
+        "config_hash": panel.screen.config_hash,
+        "config": panel.screen.to_dict(),
+        "shards": shards,
+        "failed": [{"task": k, "error": v} for k, v in failed.items()],
+    }
     tmp = out / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(document, indent=1))
     os.replace(tmp, out / MANIFEST)
@@ -445,7 +557,9 @@ def run_panel(
         if not todo:
             _write_manifest(out, panel, runs, result.failed)
     mine = runs[runs.shard.isin({t.shard for t in tasks})]
-    result.identical = [(r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s]
+    result.identical = [
+        (r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s
+    ]
     return result
 
 
@@ -454,8 +568,16 @@ def _with_row(runs: pd.DataFrame, outcome: TaskResult) -> pd.DataFrame:
     return pd.concat([runs.drop(index=outcome.task.shard, errors="ignore"), row]) if len(runs) else row
 
 
-def _execute(tasks: list[Task], panel: Panel, out: Path, executor: str, keep: bool, prefetch: bool, ray: RayOptions,
-             reporter: Reporter) -> Iterator[TaskResult]:
+def _execute(
+    tasks: list[Task],
+    panel: Panel,
+    out: Path,
+    executor: str,
+    keep: bool,
+    prefetch: bool,
+    ray: RayOptions,
+    reporter: Reporter,
+) -> Iterator[TaskResult]:
     if not tasks:
         return iter(())
     settings = TaskSettings(config=panel.screen, out=str(out), keep_checkpoints=keep)
@@ -471,12 +593,3 @@ def load_results(out: str | Path) -> pd.DataFrame:
     runs = runs.assign(same_weights_as=identical_weights(runs))
     extra = [c for c in runs.columns if c not in heads.columns or c in ("model", "revision")]
     return heads.merge(runs[extra], on=["model", "revision"], how="left", validate="many_to_one")
-
-
-def write_table(frame: pd.DataFrame, path: str | Path) -> None:
-    """Save a table as Parquet (atomically) or CSV, by the file's suffix."""
-    path = Path(path)
-    if path.suffix == ".csv":
-        frame.to_csv(path, index=False)
-    else:
-        write_parquet_atomic(frame, path)

@@ -84,7 +84,9 @@ def select(available: Sequence[Revision], selection: str | Sequence[str], where:
             return _require_tokens(with_tokens, available, where, selection)
         match = _LOG.match(selection)
         if not match:
-            raise HeadtraceError(f"{where}: unknown revision selection '{selection}'; use a list of names, 'all' or 'log:N'")
+            raise HeadtraceError(
+                f"{where}: unknown revision selection '{selection}'; use a list of names, 'all' or 'log:N'"
+            )
         return log_spaced(_require_tokens(with_tokens, available, where, selection), int(match.group(1)))
     by_name = {r.name: r for r in available}
     names = [r.name for r in available]
@@ -99,16 +101,19 @@ def select(available: Sequence[Revision], selection: str | Sequence[str], where:
         chosen.append(by_name[name])
     duplicates = sorted({n for n in selection if list(selection).count(n) > 1})
     if duplicates:
-        raise HeadtraceError(f"{where}: revision{'s' if len(duplicates) > 1 else ''} {', '.join(duplicates)} listed twice")
+        plural = "s" if len(duplicates) > 1 else ""
+        raise HeadtraceError(f"{where}: revision{plural} {', '.join(duplicates)} listed twice")
     return chosen
 
 
-def _require_tokens(with_tokens: list[Revision], available: Sequence[Revision], where: str, selection: str) -> list[Revision]:
+def _require_tokens(
+    with_tokens: list[Revision], available: Sequence[Revision], where: str, selection: str
+) -> list[Revision]:
     if not with_tokens:
         example = available[0].name if available else "stepN"
         raise HeadtraceError(
-            f"{where}: '{selection}' needs token counts but no revision name carries them (e.g. '{example}'); "
-            "set tokens_per_step for stepN names, or list the revisions explicitly"
+            f"{where}: '{selection}' needs token counts but no revision name carries them (e.g. "
+            f"'{example}'); set tokens_per_step for stepN names, or list the revisions explicitly"
         )
     return with_tokens
 
@@ -116,12 +121,14 @@ def _require_tokens(with_tokens: list[Revision], available: Sequence[Revision], 
 def log_spaced(revisions: Sequence[Revision], n: int) -> list[Revision]:
     """N revisions spread evenly in log(tokens), always including the first and the last.
 
-    Revisions of unknown tokens are left out. A revision with zero tokens (the initialisation) counts as the first and the others are spread
-    from the smallest positive count. Each target in log space takes the nearest revision not taken
-    yet, so exactly min(N, available) distinct revisions come back, ordered by tokens."""
+    Revisions of unknown tokens are left out. A revision with zero tokens (the initialisation)
+    counts as the first and the others are spread from the smallest positive count. Each target in
+    log space takes the nearest revision not taken yet, so exactly min(N, available) distinct
+    revisions come back, ordered by tokens."""
     if n < 1:
         raise HeadtraceError(f"log:{n} selects nothing; use log:N with N >= 1")
-    ordered = sorted((r for r in revisions if r.tokens is not None), key=lambda r: (r.tokens, r.step or 0, r.name))
+    known = (r for r in revisions if r.tokens is not None)
+    ordered = sorted(known, key=lambda r: (r.tokens, r.step or 0, r.name))
     if n >= len(ordered):
         return ordered
     first, last = ordered[0], ordered[-1]

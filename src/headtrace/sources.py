@@ -105,8 +105,10 @@ def _require_space(directory: Path, needed: int, what: str) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(directory).free
     if needed > free:
-        raise DiskFull(f"{what} needs {needed / 1e9:.2f} GB but only {free / 1e9:.2f} GB are free in '{directory}'; "
-                       "free space (or point HF_HOME at a larger disk) and re-run: finished revisions are kept")
+        raise DiskFull(
+            f"{what} needs {needed / 1e9:.2f} GB but only {free / 1e9:.2f} GB are free in '{directory}'; "
+            "free space (or point HF_HOME at a larger disk) and re-run: finished revisions are kept"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,9 +128,14 @@ def hub_settings() -> HubSettings:
 
     env = os.environ
     cache = env.get("HF_HUB_CACHE") or (os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else None)
-    offline = env.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or constants.is_offline_mode()
-    return HubSettings(endpoint=env.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/"),
-                       cache_dir=os.path.expanduser(cache or constants.HF_HUB_CACHE), offline=offline)
+    offline = (
+        env.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or constants.is_offline_mode()
+    )
+    return HubSettings(
+        endpoint=env.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/"),
+        cache_dir=os.path.expanduser(cache or constants.HF_HUB_CACHE),
+        offline=offline,
+    )
 
 
 class _CorruptFile(Exception):
@@ -147,11 +154,15 @@ def _transient(exc: BaseException) -> bool:
         RevisionNotFoundError,
     )
 
-    if isinstance(exc, (RepositoryNotFoundError, RevisionNotFoundError, RemoteEntryNotFoundError, GatedRepoError)):
+    if isinstance(
+        exc, (RepositoryNotFoundError, RevisionNotFoundError, RemoteEntryNotFoundError, GatedRepoError)
+    ):
         return False
     if isinstance(exc, OSError) and exc.errno in _PERMANENT_ERRNOS:
         return False
-    return isinstance(exc, (HfHubHTTPError, LocalEntryNotFoundError, httpx2.TransportError, OSError, _CorruptFile))
+    return isinstance(
+        exc, (HfHubHTTPError, LocalEntryNotFoundError, httpx2.TransportError, OSError, _CorruptFile)
+    )
 
 
 def _byte_counter(report: Callable[[int], None]) -> type:
@@ -199,8 +210,11 @@ class HubSource:
             return catalog(self._cached_refs(settings), tokens_per_step)
         from huggingface_hub import HfApi
 
-        refs = self._call(lambda: HfApi(endpoint=settings.endpoint).list_repo_refs(self.repo_id),
-                          "list the revisions of", settings)
+        refs = self._call(
+            lambda: HfApi(endpoint=settings.endpoint).list_repo_refs(self.repo_id),
+            "list the revisions of",
+            settings,
+        )
         return catalog([ref.name for ref in refs.branches + refs.tags], tokens_per_step)
 
     def _cached_refs(self, settings: HubSettings) -> list[str]:
@@ -208,11 +222,18 @@ class HubSource:
 
         cache = Path(settings.cache_dir)
         repos = scan_cache_dir(cache).repos if cache.is_dir() else ()
-        refs = [ref for repo in repos if repo.repo_id == self.repo_id and repo.repo_type == "model"
-                for rev in repo.revisions for ref in rev.refs]
+        refs = [
+            ref
+            for repo in repos
+            if repo.repo_id == self.repo_id and repo.repo_type == "model"
+            for rev in repo.revisions
+            for ref in rev.refs
+        ]
         if not refs:
-            raise HeadtraceError(f"HF_HUB_OFFLINE is set and '{self.repo_id}' has no revisions in the cache "
-                                 f"'{cache}'; download them online first or unset HF_HUB_OFFLINE")
+            raise HeadtraceError(
+                f"HF_HUB_OFFLINE is set and '{self.repo_id}' has no revisions in the cache "
+                f"'{cache}'; download them online first or unset HF_HUB_OFFLINE"
+            )
         return refs
 
     def fetch(self, revision: Revision, progress: ByteProgress | None = None) -> Checkpoint:
@@ -226,13 +247,24 @@ class HubSource:
 
         api = HfApi(endpoint=settings.endpoint)
         entries = self._call(
-            lambda: {f.path: f for f in api.list_repo_tree(self.repo_id, revision=revision.name, recursive=True)
-                     if isinstance(f, RepoFile)}, f"list the files of revision '{revision.name}' of", settings)
+            lambda: {
+                f.path: f
+                for f in api.list_repo_tree(self.repo_id, revision=revision.name, recursive=True)
+                if isinstance(f, RepoFile)
+            },
+            f"list the files of revision '{revision.name}' of",
+            settings,
+        )
         weights = weight_files(list(entries))
         if not weights:
-            raise HeadtraceError(f"{self.repo_id}@{revision.name} has no .safetensors or .bin weights; "
-                                 "pick another revision")
-        wanted = [e for name, e in entries.items() if name in weights or ("/" not in name and name.endswith(_METADATA_SUFFIXES))]
+            raise HeadtraceError(
+                f"{self.repo_id}@{revision.name} has no .safetensors or .bin weights; pick another revision"
+            )
+        wanted = [
+            e
+            for name, e in entries.items()
+            if name in weights or ("/" not in name and name.endswith(_METADATA_SUFFIXES))
+        ]
         total = sum(e.size for e in wanted)
         done = 0
 
@@ -244,40 +276,54 @@ class HubSource:
 
         paths, owned, downloaded, digests = [], [], 0, {}
         for entry in wanted:
-            path, fresh = self._download(entry, revision, settings, advance)
+            path, transferred = self._download(entry, revision, settings, advance)
             paths.append(path)
-            if fresh:
+            if transferred is not None:
                 owned.append(path)
-                downloaded += entry.size
+                downloaded += transferred
             if entry.path in weights:
                 digests[entry.path] = entry.lfs.sha256 if entry.lfs else file_digest(path)
-        return Checkpoint(source=self.describe(), revision=revision, path=os.path.dirname(paths[0]),
-                          checkpoint_hash=checkpoint_hash(digests), downloaded_bytes=downloaded,
-                          fetch_s=time.perf_counter() - started, owned=tuple(owned))
+        return Checkpoint(
+            source=self.describe(),
+            revision=revision,
+            path=os.path.dirname(paths[0]),
+            checkpoint_hash=checkpoint_hash(digests),
+            downloaded_bytes=downloaded,
+            fetch_s=time.perf_counter() - started,
+            owned=tuple(owned),
+        )
 
     def _fetch_cached(self, revision: Revision, settings: HubSettings, started: float) -> Checkpoint:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
 
         try:
-            path = snapshot_download(self.repo_id, revision=revision.name, cache_dir=settings.cache_dir,
-                                     local_files_only=True)
+            path = snapshot_download(
+                self.repo_id, revision=revision.name, cache_dir=settings.cache_dir, local_files_only=True
+            )
         except LocalEntryNotFoundError:
-            raise HeadtraceError(f"HF_HUB_OFFLINE is set and {self.repo_id}@{revision.name} is not in the cache "
-                                 f"'{settings.cache_dir}'; download it online first or unset HF_HUB_OFFLINE") from None
+            raise HeadtraceError(
+                f"HF_HUB_OFFLINE is set and {self.repo_id}@{revision.name} is not in the cache "
+                f"'{settings.cache_dir}'; download it online first or unset HF_HUB_OFFLINE"
+            ) from None
         return _local_checkpoint(self.describe(), revision, Path(path), started)
 
-    def _download(self, entry, revision: Revision, settings: HubSettings, advance: Callable[[int], None]) -> tuple[str, bool]:
-        """One file into the cache, verified; returns (path, whether this call downloaded it)."""
+    def _download(
+        self, entry, revision: Revision, settings: HubSettings, advance: Callable[[int], None]
+    ) -> tuple[str, int | None]:
+        """One file into the cache, verified; returns its path and the bytes transferred (None: it was
+        already in the cache before this call, so it is not ours to delete)."""
         from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
-        cached = try_to_load_from_cache(self.repo_id, entry.path, cache_dir=settings.cache_dir, revision=revision.name)
+        cached = try_to_load_from_cache(
+            self.repo_id, entry.path, cache_dir=settings.cache_dir, revision=revision.name
+        )
         if isinstance(cached, str) and self._verified(cached, entry):
             advance(entry.size)
-            return cached, False
+            return cached, None
         _require_space(Path(settings.cache_dir), entry.size, f"{self.repo_id}@{revision.name}/{entry.path}")
 
-        def attempt() -> str:
+        def attempt() -> tuple[str, int]:
             counted = 0
 
             def count(n: int) -> None:
@@ -286,8 +332,14 @@ class HubSource:
                 advance(n)
 
             try:
-                path = hf_hub_download(self.repo_id, entry.path, revision=revision.name, cache_dir=settings.cache_dir,
-                                       endpoint=settings.endpoint, tqdm_class=_byte_counter(count))
+                path = hf_hub_download(
+                    self.repo_id,
+                    entry.path,
+                    revision=revision.name,
+                    cache_dir=settings.cache_dir,
+                    endpoint=settings.endpoint,
+                    tqdm_class=_byte_counter(count),
+                )
             except BaseException:
                 advance(-counted)
                 raise
@@ -295,9 +347,10 @@ class HubSource:
                 advance(-counted)
                 _remove_cached(path, corrupt=True)
                 raise _CorruptFile(f"{entry.path} does not match the hub's hash")
-            return path
+            advance(entry.size - counted)  # a blob already in the cache is linked, not transferred
+            return path, counted
 
-        return self._call(attempt, f"download {entry.path} of revision '{revision.name}' of", settings), True
+        return self._call(attempt, f"download {entry.path} of revision '{revision.name}' of", settings)
 
     @staticmethod
     def _verified(path: str, entry) -> bool:
@@ -313,29 +366,44 @@ class HubSource:
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(policy.attempts),
             wait=tenacity.wait_exponential(multiplier=policy.backoff_s, max=policy.max_backoff_s),
-            retry=tenacity.retry_if_exception(_transient), reraise=True)
+            retry=tenacity.retry_if_exception(_transient),
+            reraise=True,
+        )
         try:
             return retrying(fn)
         except Exception as exc:
             raise self._explain(exc, what, settings) from None
 
     def _explain(self, exc: Exception, what: str, settings: HubSettings) -> Exception:
-        from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+        from huggingface_hub.errors import (
+            GatedRepoError,
+            HfHubHTTPError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
 
         if isinstance(exc, GatedRepoError):
-            return HeadtraceError(f"'{self.repo_id}' is gated: accept its terms on the hub and log in (`hf auth login`)")
+            return HeadtraceError(
+                f"'{self.repo_id}' is gated: accept its terms on the hub and log in (`hf auth login`)"
+            )
         if isinstance(exc, RepositoryNotFoundError):
-            return HeadtraceError(f"model '{self.repo_id}' was not found at {settings.endpoint} (a typo, or a private "
-                                  "repo: log in with `hf auth login`)")
+            return HeadtraceError(
+                f"model '{self.repo_id}' was not found at {settings.endpoint} (a typo, or a private "
+                "repo: log in with `hf auth login`)"
+            )
         if isinstance(exc, RevisionNotFoundError):
             return HeadtraceError(f"cannot {what} {self.repo_id}: no such revision on the hub")
         if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS:
-            return DiskFull(f"no space left to {what} {self.repo_id} in '{settings.cache_dir}'; free space and "
-                            "re-run: finished revisions are kept")
+            return DiskFull(
+                f"no space left to {what} {self.repo_id} in '{settings.cache_dir}'; free space and "
+                "re-run: finished revisions are kept"
+            )
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if _transient(exc):
-            return HeadtraceError(f"cannot {what} {self.repo_id} after {self.retry.attempts} attempts ({first_line}); "
-                                  f"check the connection to {settings.endpoint} and re-run: finished revisions are kept")
+            return HeadtraceError(
+                f"cannot {what} {self.repo_id} after {self.retry.attempts} attempts ({first_line}); "
+                f"check the connection to {settings.endpoint} and re-run: finished revisions are kept"
+            )
         if isinstance(exc, HfHubHTTPError):
             return HeadtraceError(f"cannot {what} {self.repo_id}: {first_line}")
         return exc
@@ -393,8 +461,10 @@ class LocalSource:
         if listed.is_file():
             return self._listed(listed)
         if self.organism:
-            raise HeadtraceError(f"'{root}' has no {REVISIONS_FILE}: it is not a model organism's output; train one "
-                                 "with `headtrace train-organism --out DIR` or use source = \"local\"")
+            raise HeadtraceError(
+                f"'{root}' has no {REVISIONS_FILE}: it is not a model organism's output; train one "
+                'with `headtrace train-organism --out DIR` or use source = "local"'
+            )
         names = [p.name for p in root.iterdir() if (p / "config.json").is_file()]
         if not names:
             raise HeadtraceError(f"'{root}' holds no checkpoint folders (subfolders with a config.json)")
@@ -403,11 +473,18 @@ class LocalSource:
     def _listed(self, listed: Path) -> list[Revision]:
         try:
             entries = json.loads(listed.read_text())
-            revisions = [Revision(tokens=None if e.get("tokens") is None else float(e["tokens"]),
-                                  step=None if e.get("step") is None else int(e["step"]), name=str(e["revision"]))
-                         for e in entries]
+            revisions = [
+                Revision(
+                    tokens=None if e.get("tokens") is None else float(e["tokens"]),
+                    step=None if e.get("step") is None else int(e["step"]),
+                    name=str(e["revision"]),
+                )
+                for e in entries
+            ]
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise HeadtraceError(f"'{listed}' is not a list of {{\"revision\", \"step\", \"tokens\"}} objects ({exc})") from None
+            raise HeadtraceError(
+                f'\'{listed}\' is not a list of {{"revision", "step", "tokens"}} objects ({exc})'
+            ) from None
         return sorted(revisions, key=lambda r: (r.tokens is None, r.tokens or 0.0, r.step or 0, r.name))
 
     def fetch(self, revision: Revision, progress: ByteProgress | None = None) -> Checkpoint:
@@ -425,5 +502,10 @@ def _local_checkpoint(source: str, revision: Revision, folder: Path, started: fl
     if not weights:
         raise HeadtraceError(f"'{folder}' has no .safetensors or .bin weight files")
     digests = {name: file_digest(folder / name) for name in weights}
-    return Checkpoint(source=source, revision=revision, path=str(folder), checkpoint_hash=checkpoint_hash(digests),
-                      fetch_s=time.perf_counter() - started)
+    return Checkpoint(
+        source=source,
+        revision=revision,
+        path=str(folder),
+        checkpoint_hash=checkpoint_hash(digests),
+        fetch_s=time.perf_counter() - started,
+    )
