@@ -114,7 +114,8 @@ def main() -> None:
         )
         print(
             f"download D = {download:.2f} s, compute C = {compute_total:.2f} s (best sequential run); "
-            f"walls without {', '.join(f'{w:.1f}' for w in walls[False])} s, with {', '.join(f'{w:.1f}' for w in walls[True])} s"
+            f"walls without {' '.join(f'{w:.1f}' for w in walls[False])} s, "
+            f"with {' '.join(f'{w:.1f}' for w in walls[True])} s"
         )
         print(f"without prefetch: {sequential:.2f} s = {sequential / bound:.2f} x max(D, C)")
         print(f"with prefetch:    {overlapped:.2f} s = {overlapped / bound:.2f} x max(D, C)")

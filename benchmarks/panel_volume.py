@@ -72,7 +72,7 @@ def sizes() -> None:
         size = params * width + MASK_BUFFERS.get(name, 0)
         total += 10 * size
         print(
-            f"{name:26s} {params / 1e9:5.2f}B parameters x {width} bytes -> {size / 1e9:5.2f} GB per revision, "
+            f"{name:26s} {params / 1e9:5.2f}B parameters x {width} bytes -> {size / 1e9:5.2f} GB a revision, "
             f"{10 * size / 1e9:6.1f} GB for 10"
         )
     print(f"{'panel (30 revisions)':26s} {total / 1e9:.0f} GB to download")
@@ -96,7 +96,7 @@ def measure(n_examples: int) -> None:
         )
         seconds = float(result.run.wall_s.iloc[0])
         print(
-            f"{name:26s} CPU fp32, {torch.get_num_threads()} threads: {seconds / n_examples:.2f} s per example "
+            f"{name:26s} CPU fp32, {torch.get_num_threads()} threads: {seconds / n_examples:.2f} s an example "
             f"(T=256) -> {2000 * seconds / n_examples / 3600:.1f} h for n=2000"
         )
         del model, result

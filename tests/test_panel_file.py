@@ -16,11 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # DESIGN.md section 3, the study's panel.
 STUDY = {
-    "EleutherAI/pythia-1b": "step1 step4 step16 step64 step256 step512 step3000 step10000 step38000 step143000",
+    "EleutherAI/pythia-1b": "step1 step4 step16 step64 step256 step512 step3000 step10000 step38000 "
+    "step143000",
     "allenai/OLMo-1B-0724-hf": "step1000-tokens2B step2000-tokens4B step5000-tokens10B step11000-tokens23B "
     "step25000-tokens52B step56000-tokens117B step126000-tokens264B step285000-tokens597B "
     "step644000-tokens1350B step1454000-tokens3048B",
-    "allenai/OLMoE-1B-7B-0924": "step5000-tokens20B step10000-tokens41B step25000-tokens104B step50000-tokens209B "
+    "allenai/OLMoE-1B-7B-0924": "step5000-tokens20B step10000-tokens41B step25000-tokens104B "
+    "step50000-tokens209B "
     "step100000-tokens419B step200000-tokens838B step400000-tokens1677B "
     "step600000-tokens2516B step800000-tokens3355B step1220000-tokens5117B",
 }

@@ -1,5 +1,5 @@
 """Panels end to end against a local server speaking the hub's protocol, with the real huggingface_hub client:
-discovery, log-spaced selection, download, screen, shards, resume, cache hygiene, locks, `headtrace results`."""
+discovery, log-spaced selection, download, screen, shards, resume, cache hygiene, locks, results."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from headtrace.errors import HeadtraceError
@@ -16,7 +17,7 @@ from headtrace.panel import load_panel, run_panel
 from headtrace.revisions import parse_revision
 from headtrace.sources import HubSource, LocalSource, RetryPolicy
 from headtrace.store import read_results
-from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, Fault
+from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, FakeRepo, Fault
 from models_zoo import tiny_model
 from panel_helpers import OLMO, PYTHIA, SCREEN, fake_hub, point_hub_env
 
@@ -174,3 +175,14 @@ def test_organism_layout_reads_tokens_from_revisions_json(tmp_path):
     (root / "revisions.json").unlink()
     with pytest.raises(HeadtraceError, match="has no revisions.json: it is not a model organism's output"):
         LocalSource(str(root), model="organism", organism=True).revisions()
+
+
+def test_a_connection_dropped_late_in_a_large_file_resumes_with_a_range_request(hub, cache):
+    """huggingface_hub writes 10 MB chunks: a drop after the first one resumes from there, not from 0."""
+    data = np.random.default_rng(0).bytes(12 << 20)
+    hub.add(FakeRepo("test/large", {"main": lambda: {"config.json": b"{}", "pytorch_model.bin": data}}))
+    hub.inject(Fault("drop", target="*/pytorch_model.bin", after_bytes=11 << 20))
+    checkpoint = HubSource("test/large", retry=FAST).fetch(parse_revision("main"))
+    assert (Path(checkpoint.path) / "pytorch_model.bin").read_bytes() == data
+    ranges = [r["range"] for r in hub.downloads("/pytorch_model.bin")]
+    assert ranges == [None, f"bytes={10 << 20}-"]

@@ -197,8 +197,8 @@ def run(
                            ray=ray, reporter=display, on_start=display.start)
     for model, revision, same in result.identical:
         console.print(f"[bold red]WARNING: identical weights:[/] {model} {revision} has the same weight "
-                      f"files as {same}; the source may serve the wrong checkpoint for one of them (cf. Pythia "
-                      "issue #205)", highlight=False)
+                      f"files as {same}; the source may serve the wrong checkpoint for one of them "
+                      "(cf. Pythia issue #205)", highlight=False)
     console.print(f"results in {out}/ ({len(result.computed) + len(result.recomputed)} screened, "
                   f"{len(result.skipped)} kept); summary: headtrace results {out}")
     if result.failed:

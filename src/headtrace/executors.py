@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
 from headtrace.errors import DiskFull, HeadtraceError
+from headtrace.models import load_model, load_tokenizer
 from headtrace.revisions import Revision
-from headtrace.screen import SCHEMA_VERSION, ScreenConfig
-from headtrace.sources import ByteProgress, Checkpoint, HubSource, LocalSource
-from headtrace.store import shard_name
+from headtrace.screen import SCHEMA_VERSION, ScreenConfig, build_probe, screen
+from headtrace.sources import ByteProgress, Checkpoint, CheckpointSource
+from headtrace.store import shard_name, write_shard
 
 ScreenProgress = Callable[[int, int], None]  # (examples just done, examples in total)
 
@@ -32,7 +33,7 @@ ScreenProgress = Callable[[int, int], None]  # (examples just done, examples in 
 class Task:
     """One (model, revision) of a panel."""
 
-    source: HubSource | LocalSource
+    source: CheckpointSource
     revision: Revision
 
     @property
@@ -111,10 +112,6 @@ def complete(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporte
 def _screen_and_write(
     task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter
 ) -> TaskResult:
-    from headtrace.models import load_model, load_tokenizer
-    from headtrace.screen import build_probe, screen
-    from headtrace.store import write_shard
-
     config = settings.config
     try:
         started = time.perf_counter()
@@ -152,13 +149,13 @@ def run_task(task: Task, settings: TaskSettings, reporter: Reporter | None = Non
     """Fetch, screen, write and release one task (what a Ray worker runs)."""
     reporter = reporter or QuietReporter()
     checkpoint = fetch(task, reporter)
-    return (
-        checkpoint if isinstance(checkpoint, TaskResult) else complete(task, checkpoint, settings, reporter)
-    )
+    if isinstance(checkpoint, TaskResult):
+        return checkpoint
+    return complete(task, checkpoint, settings, reporter)
 
 
 class _Prefetch:
-    """Fetches one task's checkpoint in a daemon thread, so that a stopped panel never waits for a download."""
+    """Fetches one task's checkpoint in a daemon thread (a stopped panel never waits for a download)."""
 
     def __init__(self, task: Task, reporter: Reporter):
         self.task = task
@@ -179,17 +176,16 @@ class _Prefetch:
 def run_local(
     tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, prefetch: bool = True
 ) -> Iterator[TaskResult]:
-    """Run tasks in order here; with `prefetch`, the next revision downloads while this one is screened."""
+    """Run tasks in order here; with `prefetch`, the next one downloads while this one is screened."""
     ahead = _Prefetch(tasks[0], reporter) if prefetch and tasks else None
     for index, task in enumerate(tasks):
         checkpoint = ahead.result() if ahead else fetch(task, reporter)
         upcoming = tasks[index + 1] if index + 1 < len(tasks) else None
         ahead = _Prefetch(upcoming, reporter) if prefetch and upcoming else None
-        result = (
-            checkpoint
-            if isinstance(checkpoint, TaskResult)
-            else complete(task, checkpoint, settings, reporter)
-        )
+        if isinstance(checkpoint, TaskResult):
+            result = checkpoint
+        else:
+            result = complete(task, checkpoint, settings, reporter)
         reporter.finished(result)
         yield result
 

@@ -51,7 +51,7 @@ from headtrace.executors import (
 )
 from headtrace.revisions import select
 from headtrace.screen import SCHEMA_VERSION, ScreenConfig
-from headtrace.sources import HubSource, LocalSource, RetryPolicy
+from headtrace.sources import CheckpointSource, HubSource, LocalSource, RetryPolicy
 from headtrace.store import HEADS, RUNS, read_results
 
 if sys.version_info >= (3, 11):
@@ -82,7 +82,7 @@ class ModelSpec:
     tokens_per_step: float | None = None
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
-    def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> HubSource | LocalSource:
+    def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
         if self.source == "hub":
             return HubSource(self.id, tokens_per_step=self.tokens_per_step, retry=retry)
         return LocalSource(

@@ -54,6 +54,8 @@ class Checkpoint:
 
 
 class CheckpointSource(Protocol):
+    """What every source offers (HubSource, LocalSource); sources are picklable, for Ray workers."""
+
     name: str  # the model's name in result tables
 
     def describe(self) -> str: ...
@@ -359,7 +361,7 @@ class HubSource:
         return file_digest(path, "sha1", git_blob=True) == entry.blob_id
 
     def _call(self, fn: Callable, what: str, settings: HubSettings):
-        """Run a hub call, retrying transient failures with backoff; every failure becomes a HeadtraceError."""
+        """Run a hub call, retrying transient failures with backoff; failures become HeadtraceErrors."""
         import tenacity
 
         policy = self.retry
