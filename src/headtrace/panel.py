@@ -24,6 +24,7 @@ and keeps `DIR/manifest.json` up to date. A lock file stops two runs from sharin
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
@@ -167,23 +168,23 @@ class _KeyLines:
         )
 
 
+_PYTHON_TYPES = {
+    "str": str,
+    "str | None": str,
+    "int": int,
+    "float": (int, float),
+    "bool": bool,
+    "table": dict,
+    "tables": list,
+}
+
+
 def _type_ok(value, kind: str) -> bool:
     if kind == "revisions":
         return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
-    if isinstance(value, bool):
+    if isinstance(value, bool):  # TOML booleans are not numbers
         return kind == "bool"
-    return isinstance(
-        value,
-        {
-            "str": str,
-            "str | None": str,
-            "int": int,
-            "float": (int, float),
-            "bool": bool,
-            "table": dict,
-            "tables": list,
-        }[kind],
-    )
+    return isinstance(value, _PYTHON_TYPES[kind])
 
 
 _TYPE_NAMES = {
@@ -211,8 +212,6 @@ class _Checker:
         where = f"[{table.split('.')[0]}]" if table else "the top level"
         for key, value in values.items():
             if key not in schema:
-                import difflib
-
                 hint = difflib.get_close_matches(key, list(schema), n=1)
                 raise self.fail(
                     table,
