@@ -117,6 +117,47 @@ def demo(n_examples: int = typer.Option(64, "--n-examples", "-n")) -> None:
            texts=None, out=None)
 
 
+STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim"}
+
+
+@app.command()
+def findings(
+    results: Path = typer.Argument(..., help="Results directory (from screen, run or import-reference)."),
+    sharp_share: Optional[float] = typer.Option(
+        None, help="F2: sharp when the largest adjacent-revision jump is >= this share of the total rise [0.5]."),
+    early_share: Optional[float] = typer.Option(
+        None, help="F4: early when recall reaches 2/3 within this share of training tokens [0.1]."),
+    pr_rise_fraction: Optional[float] = typer.Option(
+        None, help="F5: PR is elevated at this fraction of its largest rise above its running minimum [0.5]."),
+) -> None:
+    """Findings F1-F6 per model; writes findings.parquet and findings.md into the results directory."""
+    from headtrace.trajectory import TrajectoryConfig, write_findings
+
+    options = {"sharp_share": sharp_share, "early_share": early_share, "pr_rise_fraction": pr_rise_fraction}
+    table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}))
+    shown = Table(title=f"findings: {results}", show_lines=True)
+    for column in ("model", "finding", "status"):
+        shown.add_column(column, no_wrap=True)
+    shown.add_column("statement", overflow="fold", min_width=40)
+    for row in table.itertuples():
+        style = STATUS_STYLE.get(row.status, "")
+        shown.add_row(row.model, f"{row.finding} {row.title}", f"[{style}]{row.status}[/]", row.statement)
+    out_console.print(shown)
+    console.print(f"written: {results / 'findings.parquet'}, {results / 'findings.md'}")
+
+
+@app.command("import-reference")
+def import_reference(
+    files: list[Path] = typer.Argument(..., help="Reference screen_*.json files and pr_trajectory.json files."),
+    out: Path = typer.Option(..., "--out", "-o", help="Results directory to write the shards into."),
+) -> None:
+    """Import the reference implementation's JSON results as a headtrace results directory."""
+    from headtrace.reference import import_reference as convert
+
+    written = convert(files, out)
+    console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}")
+
+
 class PanelDisplay:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 

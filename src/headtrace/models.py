@@ -194,7 +194,19 @@ def load_model(
     except ValueError as exc:
         raise HeadtraceError(f"cannot load model '{model}': {str(exc).splitlines()[0]}") from None
     hf_model.to(torch_device).eval()
+    check_finite_weights(hf_model, f"{model}" + (f"@{revision}" if revision else ""))
     return ModelAdapter(hf_model)
+
+
+def check_finite_weights(model: nn.Module, name: str) -> None:
+    """A checkpoint with NaN or inf weights fails here, before it can produce a shard."""
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            if not torch.isfinite(param).all():
+                raise HeadtraceError(
+                    f"checkpoint {name} has NaN or inf weights in {param_name}; it is corrupt or diverged: "
+                    "re-download it or drop this revision"
+                )
 
 
 def _locate(model: str) -> tuple[str, dict]:
