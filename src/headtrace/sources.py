@@ -421,13 +421,14 @@ class HubSource:
 
 def _remove_cached(pointer: str, corrupt: bool = False) -> None:
     """Remove a snapshot file and its blob, unless the blob is sound and another snapshot links to it."""
-    blob = os.path.realpath(pointer)
-    Path(pointer).unlink(missing_ok=True)
-    if blob == os.path.abspath(pointer):
-        return  # no symlinks in this cache: the snapshot file was the only copy
-    snapshots = Path(blob).parent.parent / "snapshots"
-    if corrupt or not any(os.path.realpath(p) == blob for p in snapshots.rglob("*") if p.is_symlink()):
-        Path(blob).unlink(missing_ok=True)
+    path = Path(pointer)
+    blob = path.resolve() if path.is_symlink() else None  # without symlinks the snapshot file is the copy
+    path.unlink(missing_ok=True)
+    if blob is None:
+        return
+    snapshots = blob.parent.parent / "snapshots"
+    if corrupt or not any(p.is_symlink() and p.resolve() == blob for p in snapshots.rglob("*")):
+        blob.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------------------------
