@@ -168,6 +168,135 @@ def report(
 
     page = build_report(results, out)
     console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)")
+class PanelDisplay:
+    """The `run` command's live display: the panel, the task being screened, the download under way."""
+
+    def __init__(self, progress: Progress, name: str):
+        self.progress, self.name = progress, name
+
+    def start(self, plan) -> None:
+        if plan.stale_lock:
+            console.print(f"took over the lock of a run that died (pid {plan.stale_lock.get('pid')})")
+        done, todo = len(plan.skipped), len(plan.computed) + len(plan.recomputed)
+        console.print(f"{self.name}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
+                      + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else ""))
+        self.done, self.total = done, len(plan.planned)
+        self.panel = self.progress.add_task(f"panel {self.name}", total=self.total, completed=done,
+                                            info=f"{done}/{self.total} revisions")
+        self.screen = self.progress.add_task("screen", total=None, visible=False, info="")
+        self.download = self.progress.add_task("download", total=None, visible=False, info="")
+
+    def downloading(self, label: str):
+        from rich.filesize import decimal
+
+        self.progress.reset(self.download, description=f"download {label}", total=None, visible=True, info="")
+
+        def update(done: int, total: int) -> None:
+            info = f"{decimal(done)}/{decimal(total)}"
+            self.progress.update(self.download, completed=done, total=total, info=info)
+
+        return update
+
+    def screening(self, label: str):
+        self.progress.reset(self.screen, description=f"screen {label}", total=None, visible=True, info="")
+        done = 0
+
+        def update(advance: int, total: int) -> None:
+            nonlocal done
+            done += advance
+            self.progress.update(self.screen, completed=done, total=total, info=f"{done}/{total} examples")
+
+        return update
+
+    def finished(self, result) -> None:
+        self.done += 1
+        self.progress.update(self.panel, completed=self.done, info=f"{self.done}/{self.total} revisions")
+        if result.error:
+            message = f"[red]failed[/] {result.task.label}: {result.error}"
+            self.progress.console.print(message, highlight=False)
+
+    def warn(self, message: str) -> None:
+        self.progress.console.print(f"[bold red]WARNING:[/] {message}", highlight=False)
+
+
+@app.command()
+def run(
+    panel: Path = typer.Argument(..., help="Panel file (TOML): models, revisions, screen config."),
+    out: Optional[Path] = typer.Option(None, help="Results directory (default: results/<panel name>)."),
+    executor: str = typer.Option("local", help="local (this process) or ray."),
+    address: Optional[str] = typer.Option(None, help="Ray cluster to attach to (default: start one here)."),
+    keep_checkpoints: bool = typer.Option(False, help="Keep downloaded checkpoints in the hub cache."),
+    prefetch: bool = typer.Option(True, help="Download the next revision while screening (local executor)."),
+    gpus_per_task: Optional[float] = typer.Option(None, help="Ray: GPUs per task, fractions allowed "
+                                                  "(default: 1 on cuda, else 0)."),
+    cpus_per_task: float = typer.Option(1.0, help="Ray: CPUs per task."),
+    max_retries: int = typer.Option(3, help="Ray: re-runs of a task whose worker died."),
+) -> None:
+    """Screen every (model, revision) of a panel; re-running resumes where it stopped."""
+    from headtrace.executors import RayOptions
+    from headtrace.panel import load_panel, run_panel
+
+    spec = load_panel(panel)
+    out = out or Path("results") / spec.name
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
+               TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        display = PanelDisplay(progress, spec.name)
+        ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
+                         max_retries=max_retries)
+        result = run_panel(spec, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch,
+                           ray=ray, reporter=display, on_start=display.start)
+    for model, revision, same in result.identical:
+        console.print(f"[bold red]WARNING: identical weights:[/] {model} {revision} has the same weight "
+                      f"files as {same}; the source may serve the wrong checkpoint for one of them "
+                      "(cf. Pythia issue #205)", highlight=False)
+    console.print(f"results in {out}/ ({len(result.computed) + len(result.recomputed)} screened, "
+                  f"{len(result.skipped)} kept); summary: headtrace results {out}")
+    if result.failed:
+        raise HeadtraceError(f"{len(result.failed)} of {len(result.planned)} revisions failed "
+                             f"({', '.join(result.failed)}); fix the cause and re-run the same command: "
+                             "finished revisions are kept")
+
+
+def _tokens_text(tokens: float) -> str:
+    if tokens != tokens:  # NaN: unknown
+        return ""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if tokens >= scale:
+            return f"{tokens / scale:.3g}{unit}"
+    return f"{tokens:.0f}"
+
+
+@app.command()
+def results(
+    out: Path = typer.Argument(..., help="Results directory written by `headtrace run` or `screen --out`."),
+    save: Optional[Path] = typer.Option(None, help="Also save the one-table view (.parquet or .csv)."),
+) -> None:
+    """Load a results directory into one table and print a summary per model and revision."""
+    from headtrace.panel import load_results
+
+    table = load_results(out)
+    runs = table.drop_duplicates(["model", "revision"])
+    summary = Table(title=f"{out}: {len(runs)} revisions, {len(table)} heads")
+    for column in ("model", "revision", "tokens", "top-1", "induction heads", "sink heads", "underflow",
+                   "same weights as"):
+        summary.add_column(column, justify="right" if column in ("tokens", "top-1", "underflow") else "left")
+    for (model, revision), heads in table.groupby(["model", "revision"], sort=False):
+        row = heads.iloc[0]
+        circuit = list(heads.loc[heads.induction_circuit, "head_id"])
+        shown = ", ".join(circuit[:4]) + (", ..." if len(circuit) > 4 else "")
+        summary.add_row(model, revision, _tokens_text(row.tokens), f"{row.top1:.3f}",
+                        f"{len(circuit)} ({shown})" if circuit else "0",
+                        f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}",
+                        str(int(heads.baseline_underflow.sum())),
+                        row.same_weights_as if isinstance(row.same_weights_as, str) else "")
+    out_console.print(summary)
+    if runs.same_weights_as.notna().any():
+        console.print("[bold red]WARNING:[/] some revisions have identical weight files (column "
+                      "same_weights_as): the source may serve the wrong checkpoint for them")
+    if save:
+        table.to_csv(save, index=False) if save.suffix == ".csv" else table.to_parquet(save, index=False)
+        console.print(f"saved {len(table)} rows to {save}")
 
 
 def main() -> None:

@@ -1,0 +1,594 @@
+"""Panels: several models x their revisions, screened from one TOML file, resumable.
+
+A panel file names the models (where their checkpoints come from and which revisions to screen),
+the screen config (fields of `ScreenConfig`) and optional ablations:
+
+    name = "xu2026"
+    [screen]
+    n_examples = 2000
+    device = "cuda"
+    [[models]]
+    id = "EleutherAI/pythia-1b"          # hub id; for local sources, the name used in tables
+    source = "hub"                       # hub | local | organism
+    revisions = ["step1", "step4"]       # or "log:10" (log-spaced by tokens) or "all"
+    # path = "checkpoints/run1"          # local and organism sources (relative to this file)
+    # tokens_per_step = 4194304          # stepN names of schemes headtrace does not know
+    [ablation]                           # optional: circuit, seeds, mode, revisions
+    [download]                           # optional: attempts, backoff_s, max_backoff_s (RetryPolicy)
+
+`run_panel` plans one task per (model, revision), checks every name before any work starts, skips
+shards already written with the same config hash, runs the rest on an executor (executors.py),
+and keeps `DIR/manifest.json` up to date. A lock file stops two runs from sharing a directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import os
+import re
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import pandas as pd
+
+from headtrace import __version__
+from headtrace.errors import HeadtraceError
+from headtrace.executors import (
+    QuietReporter,
+    RayOptions,
+    Reporter,
+    Task,
+    TaskResult,
+    TaskSettings,
+    run_local,
+    run_ray,
+)
+from headtrace.revisions import select
+from headtrace.screen import SCHEMA_VERSION, ScreenConfig
+from headtrace.sources import CheckpointSource, HubSource, LocalSource, RetryPolicy
+from headtrace.store import HEADS, RUNS, read_results
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+MANIFEST = "manifest.json"
+MANIFEST_SCHEMA = 1
+LOCK = ".headtrace.lock"
+SOURCES = ("hub", "local", "organism")
+CIRCUITS = ("induction", "previous-token", "sink")
+_HEAD_LIST = re.compile(r"^L\d+H\d+(,L\d+H\d+)*$")
+
+
+# --------------------------------------------------------------------------------------------
+# The panel file.
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of a panel: where its checkpoints are and which revisions to screen."""
+
+    id: str
+    revisions: str | tuple[str, ...]
+    source: str = "hub"
+    path: str | None = None
+    tokens_per_step: float | None = None
+    line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
+
+    def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
+        if self.source == "hub":
+            return HubSource(self.id, tokens_per_step=self.tokens_per_step, retry=retry)
+        return LocalSource(
+            self.path, model=self.id, tokens_per_step=self.tokens_per_step, organism=self.source == "organism"
+        )
+
+
+@dataclass(frozen=True)
+class AblationSpec:
+    """The `[ablation]` section, validated; the ablation stage reads it from `Panel.ablation`.
+
+    circuit: induction | previous-token | sink | a head list like "L2H11,L4H12";
+    seeds: matched-random draws; mode: zero | mean; revisions: final | all | a list of names."""
+
+    circuit: str = "induction"
+    seeds: int = 20
+    mode: str = "zero"
+    revisions: str | tuple[str, ...] = "final"
+
+
+@dataclass(frozen=True)
+class Panel:
+    name: str
+    models: tuple[ModelSpec, ...]
+    screen: ScreenConfig
+    ablation: AblationSpec | None = None
+    retry: RetryPolicy = RetryPolicy()
+    path: str | None = None
+    sha256: str | None = None
+
+
+# Allowed keys of each table and their types ("revisions": a string or a list of strings).
+_ROOT_KEYS = {
+    "name": "str",
+    "description": "str",
+    "screen": "table",
+    "models": "tables",
+    "ablation": "table",
+    "download": "table",
+}
+_MODEL_KEYS = {
+    "id": "str",
+    "source": "str",
+    "path": "str",
+    "revisions": "revisions",
+    "tokens_per_step": "float",
+}
+_ABLATION_KEYS = {
+    f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationSpec)
+}
+_SCREEN_KEYS = {f.name: str(f.type) for f in dataclasses.fields(ScreenConfig)}
+_DOWNLOAD_KEYS = {f.name: str(f.type) for f in dataclasses.fields(RetryPolicy)}
+
+
+class _KeyLines:
+    """Where each key and table of a TOML document is written, so errors can name the line."""
+
+    _ARRAY = re.compile(r"^\s*\[\[\s*([\w.-]+)\s*\]\]")
+    _TABLE = re.compile(r"^\s*\[\s*([\w.-]+)\s*\]")
+    _KEY = re.compile(r"^\s*(\"?)([\w-]+)\1\s*=")
+
+    def __init__(self, text: str):
+        self.keys: dict[tuple[str, str], int] = {}
+        self.tables: dict[str, int] = {}
+        table, counts = "", {}
+        for number, line in enumerate(text.splitlines(), 1):
+            if match := self._ARRAY.match(line):
+                index = counts[match[1]] = counts.get(match[1], -1) + 1
+                table = f"{match[1]}.{index}"
+                self.tables[table] = number
+            elif match := self._TABLE.match(line):
+                table = match[1]
+                self.tables[table] = number
+            elif match := self._KEY.match(line):
+                self.keys.setdefault((table, match[2]), number)
+
+    def of(self, table: str, key: str | None = None) -> int | None:
+        return (
+            (self.keys.get((table, key)) if key else None)
+            or self.tables.get(table)
+            or self.keys.get(("", table.split(".")[0]))
+        )
+
+
+_PYTHON_TYPES = {
+    "str": str,
+    "str | None": str,
+    "int": int,
+    "float": (int, float),
+    "bool": bool,
+    "table": dict,
+    "tables": list,
+}
+
+
+def _type_ok(value, kind: str) -> bool:
+    if kind == "revisions":
+        return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    if isinstance(value, bool):  # TOML booleans are not numbers
+        return kind == "bool"
+    return isinstance(value, _PYTHON_TYPES[kind])
+
+
+_TYPE_NAMES = {
+    "str": "a string",
+    "str | None": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "table": "a table",
+    "tables": "an array of tables ([[models]])",
+    "revisions": "a list of names or 'log:N' / 'all'",
+}
+
+
+class _Checker:
+    def __init__(self, path: Path, lines: _KeyLines):
+        self.path, self.lines = path, lines
+
+    def fail(self, table: str, key: str | None, message: str) -> HeadtraceError:
+        line = self.lines.of(table, key)
+        return HeadtraceError(f"{self.path}:{line}: {message}" if line else f"{self.path}: {message}")
+
+    def table(self, values: dict, schema: dict[str, str], table: str, required: Sequence[str] = ()) -> dict:
+        """Check keys and types of one table; returns it with lists turned into tuples."""
+        where = f"[{table.split('.')[0]}]" if table else "the top level"
+        for key, value in values.items():
+            if key not in schema:
+                hint = difflib.get_close_matches(key, list(schema), n=1)
+                raise self.fail(
+                    table,
+                    key,
+                    f"unknown key '{key}' in {where}"
+                    + (f"; did you mean '{hint[0]}'?" if hint else f"; allowed: {', '.join(schema)}"),
+                )
+            if not _type_ok(value, schema[key]):
+                raise self.fail(table, key, f"'{key}' must be {_TYPE_NAMES[schema[key]]}, not {value!r}")
+        for key in required:
+            if key not in values:
+                raise self.fail(table, None, f"{where} is missing '{key}'")
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+    def choice(self, table: str, key: str, value: str, allowed: Sequence[str]) -> None:
+        if value not in allowed:
+            raise self.fail(table, key, f"{key} = '{value}' is not one of: {', '.join(allowed)}")
+
+
+def load_panel(path: str | Path) -> Panel:
+    """Read and validate a panel file; every error names the file and the line."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise HeadtraceError(f"cannot read panel file '{path}': {exc.strerror or exc}") from None
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise HeadtraceError(f"{path}: not valid TOML: {exc}") from None
+    check = _Checker(path, _KeyLines(text))
+    document = check.table(document, _ROOT_KEYS, "", required=("models",))
+    base = path.parent
+
+    screen_values = check.table(document.get("screen", {}), _SCREEN_KEYS, "screen")
+    if screen_values.get("texts"):
+        screen_values["texts"] = str(base / screen_values["texts"])
+    screen = ScreenConfig(**screen_values)
+    try:
+        screen.validate()
+    except HeadtraceError as exc:
+        raise check.fail("screen", None, str(exc)) from None
+
+    models = []
+    for index, entry in enumerate(document["models"]):
+        table = f"models.{index}"
+        if not isinstance(entry, dict):
+            raise check.fail("", "models", "models must be an array of tables ([[models]])")
+        values = check.table(entry, _MODEL_KEYS, table, required=("id", "revisions"))
+        source = values.get("source", "hub")
+        check.choice(table, "source", source, SOURCES)
+        if source != "hub":
+            if "path" not in values:
+                raise check.fail(table, None, f"model '{values['id']}' has source = \"{source}\" but no path")
+            values["path"] = str((base / values["path"]).resolve())
+        elif "path" in values:
+            raise check.fail(
+                table, "path", f"model '{values['id']}' comes from the hub: drop path, or set source"
+            )
+        if values.get("tokens_per_step") is not None and values["tokens_per_step"] <= 0:
+            raise check.fail(table, "tokens_per_step", "tokens_per_step must be positive")
+        if any(m.id == values["id"] for m in models):
+            raise check.fail(table, "id", f"model '{values['id']}' is listed twice")
+        models.append(ModelSpec(**values, line=check.lines.of(table, "revisions")))
+    if not models:
+        raise check.fail("", "models", "the panel names no models: add a [[models]] table")
+
+    ablation = None
+    if "ablation" in document:
+        values = check.table(document["ablation"], _ABLATION_KEYS, "ablation")
+        ablation = AblationSpec(**values)
+        check.choice("ablation", "mode", ablation.mode, ("zero", "mean"))
+        if ablation.circuit not in CIRCUITS and not _HEAD_LIST.match(ablation.circuit):
+            raise check.fail(
+                "ablation",
+                "circuit",
+                f"circuit = '{ablation.circuit}' is not one of "
+                f"{', '.join(CIRCUITS)} nor a head list like 'L2H11,L4H12'",
+            )
+        if ablation.seeds < 1:
+            raise check.fail("ablation", "seeds", f"seeds must be >= 1 (got {ablation.seeds})")
+        if isinstance(ablation.revisions, str) and ablation.revisions not in ("final", "all"):
+            raise check.fail("ablation", "revisions", "revisions must be 'final', 'all' or a list of names")
+    retry = RetryPolicy(**check.table(document.get("download", {}), _DOWNLOAD_KEYS, "download"))
+    if retry.attempts < 1 or retry.backoff_s < 0:
+        raise check.fail("download", None, "attempts must be >= 1 and backoff_s >= 0")
+    return Panel(
+        name=document.get("name", path.stem),
+        models=tuple(models),
+        screen=screen,
+        ablation=ablation,
+        retry=retry,
+        path=str(path),
+        sha256=hashlib.sha256(raw).hexdigest(),
+    )
+
+
+def plan(panel: Panel) -> list[Task]:
+    """One task per (model, revision), every revision checked against the names that exist."""
+    tasks = []
+    for model in panel.models:
+        source = model.checkpoint_source(panel.retry)
+        where = f"{panel.path}:{model.line}: {model.id}" if panel.path else model.id
+        tasks += [Task(source, revision) for revision in select(source.revisions(), model.revisions, where)]
+    return tasks
+
+
+# --------------------------------------------------------------------------------------------
+# The output directory: lock, resume decisions, manifest.
+
+
+class OutputLock:
+    """An exclusive lock on an output directory, held by an OS file lock (released when its process
+    dies, so a dead run's lock is taken over); the file records who holds it, for the message."""
+
+    def __init__(self, out: Path):
+        self.path = out / LOCK
+        self.previous_owner: dict | None = None  # a dead run's record, when its lock was taken over
+        self._fd: int | None = None
+
+    def __enter__(self) -> "OutputLock":
+        from filelock import lock_descriptor
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not lock_descriptor(fd, blocking=False):
+            owner = _read_owner(fd)
+            os.close(fd)
+            who = (
+                f"pid {owner.get('pid')} on {owner.get('host')}, since {owner.get('started')}"
+                if owner
+                else "another process"
+            )
+            raise HeadtraceError(
+                f"'{self.path.parent}' is in use by another `headtrace run` ({who}); wait for it "
+                "to finish or pick another --out"
+            )
+        self.previous_owner = _read_owner(fd)
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": _now(),
+            "command": " ".join(sys.argv),
+        }
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, json.dumps(record).encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from filelock import unlock_descriptor
+
+        os.ftruncate(self._fd, 0)
+        unlock_descriptor(self._fd)
+        os.close(self._fd)
+
+
+def _read_owner(fd: int) -> dict | None:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        return json.loads(os.read(fd, 4096).decode() or "null")
+    except ValueError:
+        return None
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _newer(version: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version) > Version(__version__)
+    except InvalidVersion:
+        return True
+
+
+def _check_written_by_us(out: Path, runs: pd.DataFrame) -> None:
+    """Refuse a directory that a newer headtrace (or results schema) wrote: we might misread it."""
+    manifest = out / MANIFEST
+    if manifest.is_file():
+        try:
+            document = json.loads(manifest.read_text())
+        except ValueError:
+            document = {}
+        if document.get("schema", 0) > MANIFEST_SCHEMA or _newer(str(document.get("headtrace_version", "0"))):
+            raise HeadtraceError(
+                f"'{out}' was written by headtrace {document.get('headtrace_version')} (manifest "
+                f"schema {document.get('schema')}), newer than this {__version__}; upgrade headtrace "
+                "or pick another --out"
+            )
+    for row in runs.itertuples():
+        schema = getattr(row, "schema_version", None)
+        if _newer(str(row.headtrace_version)) or (pd.notna(schema) and schema > SCHEMA_VERSION):
+            raise HeadtraceError(
+                f"'{out}/{RUNS}' holds {row.model}@{row.revision} from headtrace "
+                f"{row.headtrace_version}, newer than this {__version__}; upgrade headtrace or pick "
+                "another --out"
+            )
+
+
+def _existing_runs(out: Path) -> pd.DataFrame:
+    """Every finished shard's run record (empty when there are none). A shard without its heads
+    table, or one that cannot be read, does not count: its task runs again and replaces it."""
+    import pyarrow
+
+    frames = []
+    for path in sorted((out / RUNS).glob("*.parquet")) if (out / RUNS).is_dir() else []:
+        try:
+            if (out / HEADS / path.name).is_file():
+                frames.append(pd.read_parquet(path).assign(shard=path.name))
+        except (OSError, pyarrow.ArrowException):
+            continue
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["shard", "config_hash"])
+
+
+def identical_weights(runs: pd.DataFrame) -> pd.Series:
+    """Per run, the revision with the same checkpoint hash and fewest tokens (else None), per model."""
+    if "checkpoint_hash" not in runs:
+        return pd.Series([None] * len(runs), index=runs.index, dtype=object)
+    ordered = runs.sort_values(["tokens", "revision"], kind="stable", na_position="last")
+    first = ordered.dropna(subset=["checkpoint_hash"]).groupby(["model", "checkpoint_hash"]).revision.first()
+    same = [
+        first.get((m, h)) if isinstance(h, str) else None for m, h in zip(runs.model, runs.checkpoint_hash)
+    ]
+    return pd.Series(
+        [s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object
+    )
+
+
+_MANIFEST_COLUMNS = (
+    "model",
+    "revision",
+    "tokens",
+    "source",
+    "config_hash",
+    "checkpoint_hash",
+    "same_weights_as",
+    "downloaded_bytes",
+    "fetch_s",
+    "load_s",
+    "wall_s",
+    "started_at",
+    "finished_at",
+    "headtrace_version",
+    "torch_version",
+    "transformers_version",
+    "device",
+    "dtype",
+)
+
+
+def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[str, str]) -> None:
+    runs = runs.assign(same_weights_as=identical_weights(runs))
+    columns = [c for c in _MANIFEST_COLUMNS if c in runs]
+    shards = json.loads(runs[columns + ["shard"]].to_json(orient="records"))
+    document = {
+        "schema": MANIFEST_SCHEMA,
+        "headtrace_version": __version__,
+        "updated_at": _now(),
+        "panel": {"name": panel.name, "file": panel.path, "sha256": panel.sha256},
+        "config_hash": panel.screen.config_hash,
+        "config": panel.screen.to_dict(),
+        "shards": shards,
+        "failed": [{"task": k, "error": v} for k, v in failed.items()],
+    }
+    tmp = out / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(document, indent=1))
+    os.replace(tmp, out / MANIFEST)
+
+
+# --------------------------------------------------------------------------------------------
+# Running a panel.
+
+
+@dataclass
+class PanelRun:
+    """What a `run_panel` call did."""
+
+    out: Path
+    planned: list[Task]
+    skipped: list[str] = field(default_factory=list)  # shards already done with this config
+    recomputed: list[str] = field(default_factory=list)  # shards written by another config, redone
+    computed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # task label -> error
+    identical: list[tuple[str, str, str]] = field(default_factory=list)  # (model, revision, same weights as)
+    stale_lock: dict | None = None
+
+
+def run_panel(
+    panel: Panel,
+    out: str | Path,
+    executor: str = "local",
+    keep_checkpoints: bool = False,
+    prefetch: bool = True,
+    ray: RayOptions = RayOptions(),
+    reporter: Reporter | None = None,
+    on_start: Callable[[PanelRun], None] | None = None,
+) -> PanelRun:
+    """Screen every (model, revision) of a panel into `out`, skipping shards already done.
+
+    All revision names are checked before any work starts. `on_start` sees the plan (what will be
+    skipped and recomputed) before the first task runs."""
+    if executor not in ("local", "ray"):
+        raise HeadtraceError(f"unknown executor '{executor}'; use local or ray")
+    tasks = plan(panel)
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HeadtraceError(f"cannot create output directory '{out}': {exc.strerror or exc}") from None
+    reporter = reporter or QuietReporter()
+    with OutputLock(out) as lock:
+        runs = _existing_runs(out)
+        _check_written_by_us(out, runs)
+        result = PanelRun(out=out, planned=tasks, stale_lock=lock.previous_owner)
+        config_hash = panel.screen.config_hash
+        written = dict(zip(runs.shard, runs.config_hash))
+        todo = []
+        for task in tasks:
+            if written.get(task.shard) == config_hash:
+                result.skipped.append(task.shard)
+            else:
+                (result.recomputed if task.shard in written else result.computed).append(task.shard)
+                todo.append(task)
+        if on_start:
+            on_start(result)
+        runs = runs.set_index("shard", drop=False)
+        for outcome in _execute(todo, panel, out, executor, keep_checkpoints, prefetch, ray, reporter):
+            if outcome.error:
+                result.failed[outcome.task.label] = outcome.error
+            else:
+                runs = _with_row(runs, outcome)
+                same = identical_weights(runs).get(outcome.task.shard)
+                if same:
+                    reporter.warn(f"{outcome.task.label} has the same weight files as {same}")
+            _write_manifest(out, panel, runs, result.failed)
+            if outcome.fatal:
+                break
+        if not todo:
+            _write_manifest(out, panel, runs, result.failed)
+    mine = runs[runs.shard.isin({t.shard for t in tasks})]
+    result.identical = [
+        (r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s
+    ]
+    return result
+
+
+def _with_row(runs: pd.DataFrame, outcome: TaskResult) -> pd.DataFrame:
+    row = pd.DataFrame([{**outcome.run, "shard": outcome.task.shard}]).set_index("shard", drop=False)
+    return pd.concat([runs.drop(index=outcome.task.shard, errors="ignore"), row]) if len(runs) else row
+
+
+def _execute(
+    tasks: list[Task],
+    panel: Panel,
+    out: Path,
+    executor: str,
+    keep: bool,
+    prefetch: bool,
+    ray: RayOptions,
+    reporter: Reporter,
+) -> Iterator[TaskResult]:
+    if not tasks:
+        return iter(())
+    settings = TaskSettings(config=panel.screen, out=str(out), keep_checkpoints=keep)
+    if executor == "ray":
+        return run_ray(tasks, settings, reporter, ray)
+    return run_local(tasks, settings, reporter, prefetch=prefetch)
+
+
+def load_results(out: str | Path) -> pd.DataFrame:
+    """A results directory as one tidy table: one row per head, with its revision's run columns
+    (capability, config and checkpoint hashes, timings) and `same_weights_as`."""
+    heads, runs = read_results(out)
+    runs = runs.assign(same_weights_as=identical_weights(runs))
+    extra = [c for c in runs.columns if c not in heads.columns or c in ("model", "revision")]
+    return heads.merge(runs[extra], on=["model", "revision"], how="left", validate="many_to_one")

@@ -1,0 +1,61 @@
+"""Shared pieces of the panel tests: the fake hub's repositories, hub environment, panel files, table comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, HubServer, fake_repo
+
+PYTHIA = "EleutherAI/pythia-1b"
+OLMO = "allenai/OLMo-1B-0724-hf"
+SCREEN = "[screen]\nn_examples = 16\nseq_len = 64\nbatch_size = 8\n"
+# Columns that record when and how fast, not what: they differ between identical runs.
+TIMING_COLUMNS = ["wall_s", "started_at", "finished_at", "fetch_s", "load_s", "downloaded_bytes"]
+
+
+def fake_hub() -> HubServer:
+    """Pythia-like and OLMo-like repos; Pythia's step2 serves step1's files (a mis-served branch)."""
+    return HubServer(
+        [
+            fake_repo(PYTHIA, "gpt_neox", PYTHIA_BRANCHES, same_as={"step2": "step1"}),
+            fake_repo(OLMO, "olmo", OLMO_BRANCHES),
+        ]
+    )
+
+
+def seed_of(repo_id: str, branch: str) -> int:
+    """The models_zoo seed the fake hub uses for a branch (its index in the branch list)."""
+    return (PYTHIA_BRANCHES if repo_id == PYTHIA else OLMO_BRANCHES).index(branch)
+
+
+def point_hub_env(monkeypatch, url: str, home: Path) -> Path:
+    """HF_ENDPOINT at the fake hub, HF_HOME in a temporary folder; returns the hub cache folder."""
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return home / "hub"
+
+
+def panel_file(folder: Path, models: dict[str, object], screen: str = SCREEN, name: str = "panel") -> Path:
+    """A panel TOML with the given models (id -> revisions list or selection string)."""
+    lines = [f'name = "{name}"', screen]
+    for model, revisions in models.items():
+        selection = (
+            f'"{revisions}"'
+            if isinstance(revisions, str)
+            else "[" + ", ".join(f'"{r}"' for r in revisions) + "]"
+        )
+        lines += ["[[models]]", f'id = "{model}"', f"revisions = {selection}", ""]
+    path = folder / f"{name}.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def assert_same_tables(a: tuple[pd.DataFrame, pd.DataFrame], b: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    """Heads tables identical to the bit; run records identical except timings."""
+    pd.testing.assert_frame_equal(a[0], b[0], check_exact=True)
+    runs_a, runs_b = (r.drop(columns=[c for c in TIMING_COLUMNS if c in r]) for r in (a[1], b[1]))
+    pd.testing.assert_frame_equal(runs_a, runs_b, check_exact=True)

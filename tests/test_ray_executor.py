@@ -1,0 +1,44 @@
+"""The Ray executor on a real local Ray cluster gives the same tables as the local executor."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from headtrace.executors import RayOptions
+from headtrace.panel import load_panel, run_panel
+from headtrace.store import read_results
+from panel_helpers import PYTHIA, assert_same_tables, fake_hub, panel_file, point_hub_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """One local cluster for the module (start-up is slow on 2 cores); workers inherit this environment."""
+    import ray
+
+    hub = fake_hub().start()
+    home = tmp_path_factory.mktemp("hf")
+    patch = pytest.MonkeyPatch()
+    point_hub_env(patch, hub.url, home)
+    patch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield hub
+    ray.shutdown()
+    patch.undo()
+    hub.stop()
+
+
+def test_ray_executor_writes_the_same_tables_as_the_local_executor(ray_cluster, tmp_path):
+    panel = load_panel(panel_file(tmp_path, {PYTHIA: ["step4", "step8"]}))
+    on_ray = run_panel(
+        panel, tmp_path / "ray", executor="ray", ray=RayOptions(cpus_per_task=1, max_retries=1)
+    )
+    assert not on_ray.failed and len(on_ray.computed) == 2
+    run_panel(panel, tmp_path / "local", executor="local")
+    assert_same_tables(read_results(tmp_path / "ray"), read_results(tmp_path / "local"))
+    # The shared directory resumes like any other: nothing left to do.
+    assert len(run_panel(panel, tmp_path / "ray", executor="ray").skipped) == 2
