@@ -149,7 +149,7 @@ def parse_heads(text: str, layout: HeadLayout, model: str = "the model") -> tupl
 def circuit_from_screen(heads: pd.DataFrame, circuit: str) -> tuple[Head, ...]:
     """The all-head set a screen's table names (induction_circuit, previous_circuit or sink)."""
     chosen = heads.loc[heads[CIRCUITS[circuit]].astype(bool)]
-    return tuple(sorted(zip(chosen.layer.astype(int), chosen.head.astype(int))))
+    return tuple(sorted((int(l), int(h)) for l, h in zip(chosen["layer"], chosen["head"])))
 
 
 def stored_screen(out: str | Path | None, model: str, revision: str | None, screen: ScreenConfig) -> pd.DataFrame | None:
@@ -253,8 +253,8 @@ def run_conditions(
     batches = micro_batches(probe.n, batch_size)
     stats = np.zeros((len(conditions), probe.n, len(METRICS)))
     masks = _Masks(layout, device)
-    ablated = [i for i, c in enumerate(conditions) if c.heads]
-    first = min((l for i in ablated for l, _ in conditions[i].heads), default=0)
+    ablated = list(range(1, len(conditions)))  # an empty set here still runs (a check of the machinery)
+    first = min((l for c in conditions for l, _ in c.heads), default=layout.n_layers - 1)
     total = probe.n * len(conditions)
     width = adapter.model.config.hidden_size if hasattr(adapter.model.config, "hidden_size") else 0
     element = torch.finfo(adapter.dtype).bits // 8
