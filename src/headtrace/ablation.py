@@ -451,9 +451,10 @@ def ablate_checkpoint(
     screen_progress: Progress | None = None,
     progress: Progress | None = None,
     adapter: ModelAdapter | None = None,
+    probe: Probe | None = None,
 ) -> AblationResult:
-    """Load MODEL at `revision` (unless `adapter` is given), find the circuit, ablate, optionally
-    write DIR/ablations/<model>@<revision>.parquet.
+    """Load MODEL at `revision` (unless `adapter` is given), build the probe (unless given), find the
+    circuit, ablate, optionally write DIR/ablations/<model>@<revision>.parquet.
 
     >>> ablate_checkpoint("EleutherAI/pythia-160m", "step3000").table  # doctest: +SKIP
     """
@@ -464,7 +465,7 @@ def ablate_checkpoint(
     config.validate()
     screen_config.validate()
     adapter = adapter or load_model(model, revision=revision, dtype=screen_config.dtype, device=screen_config.device)
-    probe = build_probe(screen_config, lambda: load_tokenizer(model, revision))
+    probe = probe or build_probe(screen_config, lambda: load_tokenizer(model, revision))
     circuit, source = resolve_circuit(config, adapter, probe, screen_config, model, revision, tokens, out,
                                       screen_progress)
     result = ablate(adapter, probe, circuit, config, screen_config, model, revision, tokens, progress=progress)

@@ -272,7 +272,9 @@ class PanelDisplay:
             console.print(f"took over the lock of a run that died (pid {plan.stale_lock.get('pid')})")
         done, todo = len(plan.skipped), len(plan.computed) + len(plan.recomputed)
         console.print(f"{self.name}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
-                      + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else ""))
+                      + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
+                      + (f", {len(plan.to_ablate)} to ablate" if plan.to_ablate else "")
+                      + (f" ({len(plan.ablations_skipped)} ablations done)" if plan.ablations_skipped else ""))
         self.done, self.total = done, len(plan.planned)
         self.panel = self.progress.add_task(f"panel {self.name}", total=self.total, completed=done,
                                             info=f"{done}/{self.total} revisions")
@@ -344,7 +346,10 @@ def run(
                       f"files as {same}; the source may serve the wrong checkpoint for one of them "
                       "(cf. Pythia issue #205)", highlight=False)
     console.print(f"results in {out}/ ({len(result.computed) + len(result.recomputed)} screened, "
-                  f"{len(result.skipped)} kept); summary: headtrace results {out}")
+                  f"{len(result.skipped)} kept" + (f", {len(result.ablated)} ablated" if result.ablated else "")
+                  + f"); summary: headtrace results {out}")
+    for label, error in result.ablation_failed.items():
+        console.print(f"[bold yellow]ablation not run[/] for {label}: {error}", highlight=False)
     if result.failed:
         raise HeadtraceError(f"{len(result.failed)} of {len(result.planned)} revisions failed "
                              f"({', '.join(result.failed)}); fix the cause and re-run the same command: "
