@@ -173,6 +173,9 @@ def test_replay_and_stacking_equal_one_pass_per_condition(small_probe):
     fast = run_conditions(adapter, small_probe, conditions, mode="mean", batch_size=5, stack=4)
     naive = run_conditions(adapter, small_probe, conditions, mode="mean", batch_size=5, strategy="naive")
     np.testing.assert_allclose(fast, naive, rtol=1e-5, atol=1e-5)
+    # Without room to keep the clean pass's residual stream, it is recomputed: the same numbers.
+    recomputed = run_conditions(adapter, small_probe, conditions, mode="mean", batch_size=5, stack=4, cache_mb=0)
+    assert np.array_equal(recomputed, fast)
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ per condition (the reference for tests and benchmarks/ablation_batching.py).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -81,8 +82,9 @@ class AblationConfig:
             raise HeadtraceError(f"n-bootstrap must be >= 1 (got {self.n_bootstrap})")
         if self.stack < 1:
             raise HeadtraceError(f"stack must be >= 1 (got {self.stack})")
-        if not self.circuit.strip():
-            raise HeadtraceError("the circuit is empty: give induction, previous-token, sink or heads like L2H11,L4H12")
+        name = self.circuit.strip()
+        if name not in CIRCUITS:  # a head list: its syntax now, its range once the model is loaded
+            parse_heads(name, HeadLayout(n_layers=10**9, n_heads=10**9, n_kv_heads=1, head_dim=1))
 
     def to_dict(self) -> dict:
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in self._NOT_HASHED}
@@ -256,8 +258,9 @@ def run_conditions(
     ablated = list(range(1, len(conditions)))  # an empty set here still runs (a check of the machinery)
     first = min((l for c in conditions for l, _ in c.heads), default=layout.n_layers - 1)
     total = probe.n * len(conditions)
-    width = adapter.model.config.hidden_size if hasattr(adapter.model.config, "hidden_size") else 0
+    width = adapter.model.get_input_embeddings().weight.shape[1]
     element = torch.finfo(adapter.dtype).bits // 8
+    # Keep the residual stream entering `first` from the clean pass when it fits; else recompute it.
     cache = strategy == "replay" and probe.n * probe.seq_len * width * element <= cache_mb * 2**20
     cached: list[LayerInput] = []
 
@@ -276,7 +279,7 @@ def run_conditions(
         def accumulate(layer: int, x: torch.Tensor) -> None:
             sums[layer] += x.sum(dim=(0, 1), dtype=torch.float64)
 
-        with head_output_hooks(adapter, accumulate) if mode == "mean" else _nothing():
+        with head_output_hooks(adapter, accumulate) if mode == "mean" else contextlib.nullcontext():
             for rows in batches:
                 ids, query, answer = inputs(rows)
                 if cache and ablated:
@@ -314,14 +317,6 @@ def run_conditions(
                 if progress:
                     progress(c * b, total)
     return stats
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 # --------------------------------------------------------------------------------------------
