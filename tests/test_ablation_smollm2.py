@@ -16,6 +16,8 @@ def test_the_screens_induction_circuit_is_necessary(smollm2):
     assert {(17, 3), (18, 7)} <= set(circuit)
     result = ablate(smollm2, probe, circuit, AblationConfig(seeds=3, singles=False, n_bootstrap=1000), config,
                     "SmolLM2-135M")
+    print(result.table[["condition", "heads", "top1", "top5", "loss", "mean_logit_answer"]].to_string())
+    print(result.table.iloc[0][["differential", "differential_low", "differential_high", "verdict"]].to_dict())
     table = result.table.set_index("condition")
     first = result.table.iloc[0]
     assert first.decided_by == "top1" and first.verdict == "necessary"
