@@ -1,12 +1,12 @@
 """Ablation on a real pretrained model, offline: SmolLM2-135M's induction circuit (from its screen) is
-necessary: ablating it costs far more top-1 than ablating matched-random heads of the same layers."""
+necessary: ablating it costs far more than ablating matched-random heads of the same layers."""
 
 import pytest
 
 from headtrace.ablation import AblationConfig, ablate, circuit_from_screen
 from headtrace.screen import ScreenConfig, build_probe, screen
 
-pytestmark = pytest.mark.slow  # ~20 s to load, then a screen, a clean pass and 5 conditions from layer 17 on
+pytestmark = pytest.mark.slow  # load, a screen, a clean pass, 5 conditions from layer 17 on: ~3 min on 2 idle cores
 
 
 def test_the_screens_induction_circuit_is_necessary(smollm2):
@@ -16,11 +16,13 @@ def test_the_screens_induction_circuit_is_necessary(smollm2):
     assert {(17, 3), (18, 7)} <= set(circuit)
     result = ablate(smollm2, probe, circuit, AblationConfig(seeds=3, singles=False, n_bootstrap=1000), config,
                     "SmolLM2-135M")
-    print(result.table[["condition", "heads", "top1", "top5", "loss", "mean_logit_answer"]].to_string())
-    print(result.table.iloc[0][["differential", "differential_low", "differential_high", "verdict"]].to_dict())
     table = result.table.set_index("condition")
     first = result.table.iloc[0]
-    assert first.decided_by == "top1" and first.verdict == "necessary"
-    assert first.differential_low > 0.2
-    assert table.loc["circuit", "top1"] < table.loc["clean", "top1"] - 0.3
-    assert (table.loc["random", "top1"] > table.loc["circuit", "top1"] + 0.2).all()
+    # Measured (n = 64, 3 seeds): clean top-1 0.031 (too low to move: the loss decides), loss 8.82;
+    # circuit L17H3,L17H4,L17H5,L18H6,L18H7,L18H8 loss 11.08; random 8.65 / 8.80 / 8.97;
+    # differential +2.27 [+1.78, +2.78] -> necessary.
+    assert first.decided_by == "loss" and first.verdict == "necessary"
+    assert first.differential_low > 1.0
+    assert table.loc["circuit", "loss"] > table.loc["clean", "loss"] + 1.5
+    assert (table.loc["random", "loss"] < table.loc["circuit", "loss"] - 1.5).all()
+    assert table.loc["circuit", "top1"] == 0.0
