@@ -250,8 +250,11 @@ def run(
         console.print(f"[bold red]WARNING: identical weights:[/] {model} {revision} has the same weight "
                       f"files as {same}; the source may serve the wrong checkpoint for one of them "
                       "(cf. Pythia issue #205)", highlight=False)
-    console.print(f"results in {out}/ ({len(result.computed) + len(result.recomputed)} screened, "
-                  f"{len(result.skipped)} kept); summary: headtrace results {out}")
+    console.print(f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept); "
+                  f"summary: headtrace results {out}")
+    if result.stopped_by:
+        raise HeadtraceError(f"the panel stopped at {result.stopped_by} (re-run the same command once "
+                             "that is fixed: finished revisions are kept)")
     if result.failed:
         raise HeadtraceError(f"{len(result.failed)} of {len(result.planned)} revisions failed "
                              f"({', '.join(result.failed)}); fix the cause and re-run the same command: "

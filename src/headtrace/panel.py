@@ -23,6 +23,7 @@ and keeps `DIR/manifest.json` up to date. A lock file stops two runs from sharin
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -39,7 +40,7 @@ from typing import Callable, Iterator, Sequence
 import pandas as pd
 
 from headtrace import __version__
-from headtrace.errors import HeadtraceError
+from headtrace.errors import DiskFull, HeadtraceError
 from headtrace.executors import (
     QuietReporter,
     RayOptions,
@@ -358,7 +359,8 @@ class OutputLock:
         }
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps(record).encode())
+        with contextlib.suppress(OSError):  # a full disk: the lock holds without its record
+            os.write(fd, json.dumps(record).encode())
         self._fd = fd
         return self
 
@@ -481,8 +483,13 @@ def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[st
         "failed": [{"task": k, "error": v} for k, v in failed.items()],
     }
     tmp = out / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(document, indent=1))
-    os.replace(tmp, out / MANIFEST)
+    try:
+        tmp.write_text(json.dumps(document, indent=1))
+        os.replace(tmp, out / MANIFEST)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DiskFull(f"cannot update '{out / MANIFEST}': {exc.strerror or exc}; free space and re-run the same "
+                       "command (finished shards are kept)") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -499,6 +506,8 @@ class PanelRun:
     recomputed: list[str] = field(default_factory=list)  # shards written by another config, redone
     computed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # task label -> error
+    written: list[str] = field(default_factory=list)  # shards this call wrote
+    stopped_by: str | None = None  # the error that stopped the panel (disk full, results not writable)
     identical: list[tuple[str, str, str]] = field(default_factory=list)  # (model, revision, same weights as)
     stale_lock: dict | None = None
 
@@ -546,12 +555,14 @@ def run_panel(
             if outcome.error:
                 result.failed[outcome.task.label] = outcome.error
             else:
+                result.written.append(outcome.task.shard)
                 runs = _with_row(runs, outcome)
                 same = identical_weights(runs).get(outcome.task.shard)
                 if same:
                     reporter.warn(f"{outcome.task.label} has the same weight files as {same}")
             _write_manifest(out, panel, runs, result.failed)
             if outcome.fatal:
+                result.stopped_by = f"{outcome.task.label}: {outcome.error}"
                 break
         if not todo:
             _write_manifest(out, panel, runs, result.failed)

@@ -293,10 +293,27 @@ def screen(
                     progress(rows.stop - rows.start, probe.n)
         active.batch = None
 
+    check_finite_activations(taps, grams, capability, f"{model_name}@{revision}" if revision else model_name)
     wall = time.perf_counter() - t0
     heads = _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens)
     run = _run_record(adapter, probe, config, heads, capability.result(), model_name, revision, tokens, wall, started)
     return ScreenResult(heads=heads, run=run)
+
+
+def check_finite_activations(taps: list[_LayerTap], grams: list[GramAccumulator],
+                             capability: CapabilityAccumulator, name: str) -> None:
+    """NaN or inf reached the accumulators: fail the checkpoint with the first layer it came from.
+
+    Checked once after the pass, so the loop never waits on the device."""
+    finite = [bool(torch.isfinite(t.channel_sums).all() and torch.isfinite(t.first_token_sums).all()
+                   and torch.isfinite(g.gram).all()) for t, g in zip(taps, grams)]
+    if all(finite) and bool(torch.isfinite(capability.sums).all()):
+        return
+    where = f"from layer {finite.index(False)} on" if not all(finite) else "in the logits"
+    raise HeadtraceError(
+        f"{name or 'the model'} produced NaN or inf activations {where}: the checkpoint is corrupt, diverged "
+        "or overflows in this dtype; screen it in float32, or drop this revision"
+    )
 
 
 def _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens) -> pd.DataFrame:
