@@ -139,3 +139,23 @@ def test_selectivities_do_not_depend_on_the_micro_batch_split(n, batch_size, see
     for column in SPLIT_COLUMNS:
         np.testing.assert_allclose(split[column], whole[column], rtol=1e-5, atol=1e-12, err_msg=column)
     assert list(split.label) == list(whole.label) or np.allclose(split.best_selectivity, 30.0, rtol=1e-4)
+
+
+def test_heads_whose_baseline_underflows_are_flagged_in_the_table_and_the_summaries(tmp_path):
+    """The hand-set previous-token head pays ~1e-30 to the baseline: its 1e8x is a floor, and says so."""
+    from induction_model import ID_LOW, SEQ_LEN, VOCAB, induction_model
+
+    induction_model().to(torch.float16).save_pretrained(tmp_path / "ckpt")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
+    screened = subprocess.run([sys.executable, "-m", "headtrace", "screen", str(tmp_path / "ckpt"), "-n", "16",
+                               "--seq-len", str(SEQ_LEN), "--id-low", str(ID_LOW), "--id-high", str(VOCAB),
+                               "--dtype", "float16", "--out", str(tmp_path / "out")],
+                              capture_output=True, text=True, env=env)
+    assert screened.returncode == 0, screened.stderr
+    assert "warning: 1 heads have a baseline below 1e-8" in screened.stdout and "screen in float32" in screened.stdout
+    heads = pd.read_parquet(tmp_path / "out" / "heads")
+    assert list(heads.loc[heads.baseline_underflow, "head_id"]) == ["L0H0"]
+    assert pd.read_parquet(tmp_path / "out" / "runs").n_underflow_heads.item() == 1
+    listed = subprocess.run([sys.executable, "-m", "headtrace", "results", str(tmp_path / "out")],
+                            capture_output=True, text=True, env=env)
+    assert listed.returncode == 0 and "underflow" in listed.stdout

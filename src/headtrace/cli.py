@@ -81,8 +81,9 @@ def print_screen_summary(result) -> None:
     )
     if summary["underflow_heads"]:
         out_console.print(
-            f"[yellow]warning:[/] {summary['underflow_heads']} heads have a baseline below the smallest normal "
-            f"{run.dtype} number: their selectivities are unreliable (column baseline_underflow); screen in float32"
+            f"[yellow]warning:[/] {summary['underflow_heads']} heads have a baseline below 1e-8 or the smallest "
+            f"normal {run.dtype} number: their selectivities are floor ratios, not measurements (column "
+            "baseline_underflow)" + ("; screen in float32" if run.dtype != "float32" else "")
         )
 
 
