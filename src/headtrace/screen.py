@@ -124,15 +124,51 @@ class _LayerTap:
         self.first_token_sums = torch.zeros(n_heads, device=device, dtype=acc_dtype)
 
 
-class _Batch:
-    """The current micro-batch's per-example targets, on the model's device."""
+class _DeviceProbe:
+    """The probe's token ids and compact target positions, moved to the device once per screen.
 
-    def __init__(self, probe: Probe, rows: slice, device: torch.device, dtype: torch.dtype, acc_dtype):
-        self.query = torch.as_tensor(probe.query[rows], device=device)
-        self.key_weights = torch.as_tensor(probe.key_weights(rows), device=device).transpose(1, 2).to(dtype)
-        self.defined = torch.as_tensor(probe.channel_defined()[rows], device=device, dtype=acc_dtype)
-        positions = torch.arange(probe.seq_len, device=device)
-        rows_upto_query = (positions[None, :] <= self.query[:, None]).to(acc_dtype)
+    Dense key weights are built per micro-batch on the device (`_Batch`), so the loop makes no
+    host->device copies and the probe's footprint on the device stays O(n) in small integers."""
+
+    def __init__(self, probe: Probe, device: torch.device, acc_dtype: torch.dtype):
+        self.n, self.seq_len = probe.n, probe.seq_len
+        as_device = lambda a, dtype=None: torch.as_tensor(np.ascontiguousarray(a), device=device, dtype=dtype)
+        self.input_ids = as_device(probe.input_ids)
+        self.query = as_device(probe.query)
+        self.answer = as_device(probe.answer)
+        single = probe.target_positions()
+        # Every channel's target positions, -1 padded to the widest channel: [n, C, K].
+        width = max(probe.local.shape[1], probe.baseline.shape[1], 1)
+        positions = np.full((probe.n, len(CHANNELS), width), -1, dtype=np.int64)
+        for c, name in enumerate(CHANNELS):
+            if name in single:
+                positions[:, c, 0] = single[name]
+        positions[:, CHANNELS.index("local"), : probe.local.shape[1]] = probe.local
+        positions[:, CHANNELS.index("baseline"), : probe.baseline.shape[1]] = probe.baseline
+        self.positions = as_device(positions)
+        self.defined = as_device(probe.channel_defined(), acc_dtype)
+
+
+class _Batch:
+    """The current micro-batch's per-example targets, built on the model's device without host syncs."""
+
+    def __init__(self, probe: _DeviceProbe, rows: slice, dtype: torch.dtype, acc_dtype: torch.dtype):
+        device = probe.query.device
+        length = probe.seq_len
+        self.input_ids = probe.input_ids[rows]
+        self.answer = probe.answer[rows]
+        self.query = probe.query[rows]
+        self.defined = probe.defined[rows]
+        positions = probe.positions[rows]  # [b, C, K], -1 = none
+        present = positions >= 0
+        # A channel's weight is 1/count on each of its targets (the mean over them); undefined
+        # targets land in a spare column that is dropped. Targets within a channel are distinct.
+        weights = present.to(torch.float32) / present.sum(dim=2, keepdim=True).clamp(min=1).to(torch.float32)
+        dense = torch.zeros(*positions.shape[:2], length + 1, device=device, dtype=torch.float32)
+        dense.scatter_add_(2, torch.where(present, positions, length), weights)
+        self.key_weights = dense[..., :length].transpose(1, 2).to(dtype)  # [b, L, C]
+        positions_l = torch.arange(length, device=device)
+        rows_upto_query = (positions_l[None, :] <= self.query[:, None]).to(acc_dtype)
         # Gu et al.: mean over every query row up to and including the probe's query.
         self.row_weights = rows_upto_query / rows_upto_query.sum(dim=1, keepdim=True)
         self.index = torch.arange(len(self.query), device=device)
@@ -155,19 +191,33 @@ _SCREENS: list[_ActiveScreen] = []
 
 
 def probe_attention(module, query, key, value, attention_mask, **kwargs):
-    """SDPA plus per-target attention channels (see the module docstring)."""
+    """SDPA plus per-target attention channels (see the module docstring).
+
+    The channels widen the values; queries and keys are zero-padded to the same width, which
+    leaves every score unchanged (the scale stays that of the true head dim) and keeps SDPA on its
+    fused kernel: with unequal q/k and v head dims, CPU SDPA falls back to the slow math path."""
     screen = _SCREENS[-1] if _SCREENS else None
     tap = screen.tap_for(module) if screen else None
     if tap is None or screen.batch is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     batch = screen.batch
     b, kv_heads, length, dim = value.shape
-    extra = batch.key_weights[:, None].expand(b, kv_heads, length, len(CHANNELS)).to(value.dtype)
-    out, _ = sdpa_attention_forward(module, query, key, torch.cat([value, extra], dim=-1), attention_mask, **kwargs)
-    channels = out[..., dim:].to(tap.channel_sums.dtype)  # [b, L, heads, C]
-    at_query = channels[batch.index, batch.query]  # [b, heads, C]
+    n_channels = len(CHANNELS)
+    width = max(query.shape[-1], dim + n_channels)
+    if kwargs.get("scaling") is None:
+        kwargs["scaling"] = query.shape[-1] ** -0.5
+    widened = value.new_empty(b, kv_heads, length, width)
+    widened[..., :dim] = value
+    widened[..., dim : dim + n_channels] = batch.key_weights[:, None]
+    widened[..., dim + n_channels :] = 0
+    pad = torch.nn.functional.pad
+    query = pad(query, (0, width - query.shape[-1]))
+    key = pad(key, (0, width - key.shape[-1]))
+    out, _ = sdpa_attention_forward(module, query, key, widened, attention_mask, **kwargs)
+    channels = out[..., dim : dim + n_channels]  # [b, L, heads, C]
+    at_query = channels[batch.index, batch.query].to(tap.channel_sums.dtype)  # [b, heads, C]
     tap.channel_sums += torch.einsum("bhc,bc->hc", at_query, batch.defined)
-    first = channels[..., CHANNELS.index("first")]  # [b, L, heads]
+    first = channels[..., CHANNELS.index("first")].to(tap.first_token_sums.dtype)  # [b, L, heads]
     tap.first_token_sums += torch.einsum("blh,bl->h", first, batch.row_weights)
     return out[..., :dim], None
 
@@ -284,19 +334,25 @@ def screen(
             grams[layer].add(heads[active.batch.index, active.batch.query])
 
         with head_output_hooks(adapter, keep_query_outputs):
-            for rows in micro_batches(probe.n, config.batch_size):
-                active.batch = _Batch(probe, rows, device, adapter.dtype, acc_dtype)
-                hidden = adapter.hidden_states(torch.as_tensor(probe.input_ids[rows], device=device))
-                logits = adapter.logits_at(hidden, active.batch.query)
-                capability.add(logits, torch.as_tensor(probe.answer[rows], device=device))
-                if progress is not None:
-                    progress(rows.stop - rows.start, probe.n)
+            _stream(adapter, _DeviceProbe(probe, device, acc_dtype), config.batch_size, active, capability,
+                    acc_dtype, progress)
         active.batch = None
 
     wall = time.perf_counter() - t0
     heads = _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens)
     run = _run_record(adapter, probe, config, heads, capability.result(), model_name, revision, tokens, wall, started)
     return ScreenResult(heads=heads, run=run)
+
+
+def _stream(adapter, probe: _DeviceProbe, batch_size: int, active: _ActiveScreen, capability: CapabilityAccumulator,
+            acc_dtype: torch.dtype, progress: Callable[[int, int], None] | None) -> None:
+    """The loop over micro-batches: device work only, no host syncs (tests/test_screen_sync.py)."""
+    for rows in micro_batches(probe.n, batch_size):
+        active.batch = _Batch(probe, rows, adapter.dtype, acc_dtype)
+        hidden = adapter.hidden_states(active.batch.input_ids)
+        capability.add(adapter.logits_at(hidden, active.batch.query), active.batch.answer)
+        if progress is not None:
+            progress(rows.stop - rows.start, probe.n)
 
 
 def _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens) -> pd.DataFrame:
