@@ -1,14 +1,17 @@
 """The screen: every head classified in one streamed pass over a probe.
 
 How a pass works. headtrace registers an attention implementation with transformers that wraps
-SDPA. While a screen runs, it appends to each layer's value vectors one channel per measured
-target (the six classes, the baseline and the null target), holding the example's key weights for
-that target. SDPA then returns, next to the head outputs, the exact attention each query row pays
-to each target, at the cost of a few extra value dimensions and without ever materialising an
-attention pattern. From those channels the screen keeps only per-head sums: the query row for the
-classes, every row of the first-token channel for Gu et al.'s sink score. A pre-hook on each
-output projection accumulates the Gram matrix of the per-head outputs at the query for the
-participation ratio, and logits are computed at the query position only.
+SDPA and measures, for every head, the attention each query row pays to each target (the six
+classes, the baseline and the null target) without ever materialising an attention pattern. On
+the CPU, the fused flash kernel returns each row's log-sum-exp next to the output, and the
+attention of the query row (and of every row to key 0) follows from one dot product per key.
+Elsewhere (CUDA, MPS, masked attention), the values are widened by one channel per target holding
+the example's key weights for it, so that SDPA returns those attentions next to the head outputs,
+at the cost of a few extra value dimensions. The screen keeps only per-head sums: the query row
+for the classes, every row of the first-token channel for Gu et al.'s sink score. A pre-hook on
+each output projection accumulates the Gram matrix of the per-head outputs at the query for the
+participation ratio, and logits are computed at the query position only. The loop over
+micro-batches moves nothing between host and device and never waits on the device.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
@@ -152,7 +155,7 @@ class _DeviceProbe:
 class _Batch:
     """The current micro-batch's per-example targets, built on the model's device without host syncs."""
 
-    def __init__(self, probe: _DeviceProbe, rows: slice, dtype: torch.dtype, acc_dtype: torch.dtype):
+    def __init__(self, probe: _DeviceProbe, rows: slice, acc_dtype: torch.dtype):
         device = probe.query.device
         length = probe.seq_len
         self.input_ids = probe.input_ids[rows]
@@ -166,9 +169,9 @@ class _Batch:
         weights = present.to(torch.float32) / present.sum(dim=2, keepdim=True).clamp(min=1).to(torch.float32)
         dense = torch.zeros(*positions.shape[:2], length + 1, device=device, dtype=torch.float32)
         dense.scatter_add_(2, torch.where(present, positions, length), weights)
-        self.key_weights = dense[..., :length].transpose(1, 2).to(dtype)  # [b, L, C]
-        positions_l = torch.arange(length, device=device)
-        rows_upto_query = (positions_l[None, :] <= self.query[:, None]).to(acc_dtype)
+        self.key_weights = dense[..., :length].transpose(1, 2)  # [b, L, C] float32
+        self.keys_upto_query = torch.arange(length, device=device)[None, :] <= self.query[:, None]  # [b, L]
+        rows_upto_query = self.keys_upto_query.to(acc_dtype)
         # Gu et al.: mean over every query row up to and including the probe's query.
         self.row_weights = rows_upto_query / rows_upto_query.sum(dim=1, keepdim=True)
         self.index = torch.arange(len(self.query), device=device)
@@ -190,25 +193,65 @@ class _ActiveScreen:
 _SCREENS: list[_ActiveScreen] = []
 
 
-def probe_attention(module, query, key, value, attention_mask, **kwargs):
-    """SDPA plus per-target attention channels (see the module docstring).
+# Read the attention channels from SDPA's log-sum-exp where the CPU flash kernel can return it;
+# tests switch this off to exercise the widened-values route that other devices take.
+READ_LOGSUMEXP = True
 
-    The channels widen the values; queries and keys are zero-padded to the same width, which
-    leaves every score unchanged (the scale stays that of the true head dim) and keeps SDPA on its
-    fused kernel: with unequal q/k and v head dims, CPU SDPA falls back to the slow math path."""
+
+def probe_attention(module, query, key, value, attention_mask, **kwargs):
+    """SDPA plus the per-target attention channels (see the module docstring)."""
     screen = _SCREENS[-1] if _SCREENS else None
     tap = screen.tap_for(module) if screen else None
     if tap is None or screen.batch is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    batch = screen.batch
+    if kwargs.get("scaling") is None:
+        kwargs["scaling"] = query.shape[-1] ** -0.5
+    if READ_LOGSUMEXP and _plain_causal_cpu(module, query, key, attention_mask, kwargs):
+        return _attention_with_logsumexp(module, query, key, value, kwargs["scaling"], tap, screen.batch)
+    return _attention_with_widened_values(module, query, key, value, attention_mask, kwargs, tap, screen.batch)
+
+
+def _plain_causal_cpu(module, query, key, attention_mask, kwargs) -> bool:
+    """A causal prefill without mask, bias, dropout or softcap, on the CPU: the flash kernel's case."""
+    return (query.device.type == "cpu" and attention_mask is None and query.shape[2] == key.shape[2] > 1
+            and query.dtype in (torch.float32, torch.bfloat16, torch.float16)
+            and (kwargs.get("is_causal") if kwargs.get("is_causal") is not None else getattr(module, "is_causal", True))
+            and not kwargs.get("dropout") and kwargs.get("position_bias") is None and kwargs.get("softcap") is None)
+
+
+def _attention_with_logsumexp(module, query, key, value, scaling: float, tap: _LayerTap, batch: "_Batch"):
+    """The fused CPU kernel returns each row's log-sum-exp next to the output: with it, the query
+    row's attention (for the classes) and every row's attention to key 0 (for the sink score) cost
+    one dot product per key or row, and the head outputs are exactly SDPA's."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups > 1:
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, True, scale=scaling)
+    acc = tap.channel_sums.dtype
+    # The query row: attention to every key up to the query, then the channels' key weights.
+    q_row = query[batch.index, :, batch.query].float()  # [b, heads, d]
+    scores = torch.einsum("bhd,bhld->bhl", q_row, key.float()) * scaling
+    lse_row = lse[batch.index, :, batch.query].float()[..., None]  # [b, heads, 1]
+    probs = torch.exp(scores - lse_row).masked_fill(~batch.keys_upto_query[:, None, :], 0.0)
+    at_query = torch.einsum("bhl,blc->bhc", probs, batch.key_weights).to(acc)
+    tap.channel_sums += torch.einsum("bhc,bc->hc", at_query, batch.defined)
+    # Every row's attention to key 0.
+    first = torch.exp(torch.einsum("bhld,bhd->bhl", query.float(), key[:, :, 0].float()) * scaling - lse.float())
+    tap.first_token_sums += torch.einsum("bhl,bl->h", first.to(acc), batch.row_weights)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _attention_with_widened_values(module, query, key, value, attention_mask, kwargs, tap, batch):
+    """The values widened by one channel per target (the key weights): SDPA's output then holds
+    the attention each row pays to each target. Queries and keys are zero-padded to the same
+    width, which leaves every score unchanged (the scale stays that of the true head dim) and keeps
+    SDPA on a fused kernel: with unequal q/k and v head dims, SDPA falls back to its math path."""
     b, kv_heads, length, dim = value.shape
     n_channels = len(CHANNELS)
     width = max(query.shape[-1], dim + n_channels)
-    if kwargs.get("scaling") is None:
-        kwargs["scaling"] = query.shape[-1] ** -0.5
     widened = value.new_empty(b, kv_heads, length, width)
     widened[..., :dim] = value
-    widened[..., dim : dim + n_channels] = batch.key_weights[:, None]
+    widened[..., dim : dim + n_channels] = batch.key_weights[:, None].to(value.dtype)
     widened[..., dim + n_channels :] = 0
     pad = torch.nn.functional.pad
     query = pad(query, (0, width - query.shape[-1]))
@@ -348,7 +391,7 @@ def _stream(adapter, probe: _DeviceProbe, batch_size: int, active: _ActiveScreen
             acc_dtype: torch.dtype, progress: Callable[[int, int], None] | None) -> None:
     """The loop over micro-batches: device work only, no host syncs (tests/test_screen_sync.py)."""
     for rows in micro_batches(probe.n, batch_size):
-        active.batch = _Batch(probe, rows, adapter.dtype, acc_dtype)
+        active.batch = _Batch(probe, rows, acc_dtype)
         hidden = adapter.hidden_states(active.batch.input_ids)
         capability.add(adapter.logits_at(hidden, active.batch.query), active.batch.answer)
         if progress is not None:
