@@ -87,9 +87,25 @@ def run_headtrace(model, probe, args) -> dict:
     from headtrace.probes import CHANNELS
     from headtrace.screen import ScreenConfig, screen
 
+    import headtrace.screen
+    import torch
+
     config = ScreenConfig(n_examples=probe.n, seq_len=probe.seq_len, batch_size=args.batch_size,
                           dtype=args.dtype, device=args.device)
-    result = screen(ModelAdapter(model), probe, config)
+    stream = headtrace.screen._stream
+    if args.device.startswith("cuda"):  # any host sync inside the loop raises
+        def strict(*a, **k):
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                stream(*a, **k)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+
+        headtrace.screen._stream = strict
+    try:
+        result = screen(ModelAdapter(model), probe, config)
+    finally:
+        headtrace.screen._stream = stream
     heads, run = result.heads, result.run.iloc[0]
     shape = (int(heads["layer"].max()) + 1, int(heads["head"].max()) + 1)
     out = {name: heads[f"mean_{name}"].to_numpy().reshape(shape) for name in CHANNELS}
