@@ -175,6 +175,7 @@ class _Batch:
         # Gu et al.: mean over every query row up to and including the probe's query.
         self.row_weights = rows_upto_query / rows_upto_query.sum(dim=1, keepdim=True)
         self.index = torch.arange(len(self.query), device=device)
+        self.pending: list[tuple] = []  # per layer, from `_attention_with_logsumexp`
 
 
 class _ActiveScreen:
@@ -222,23 +223,44 @@ def _plain_causal_cpu(module, query, key, attention_mask, kwargs) -> bool:
 def _attention_with_logsumexp(module, query, key, value, scaling: float, tap: _LayerTap, batch: "_Batch"):
     """The fused CPU kernel returns each row's log-sum-exp next to the output: with it, the query
     row's attention (for the classes) and every row's attention to key 0 (for the sink score) cost
-    one dot product per key or row, and the head outputs are exactly SDPA's."""
+    one dot product per key or row, and the head outputs are exactly SDPA's. The scores wait in
+    `batch.pending` and are reduced for all layers at once (`_reduce_pending`): few large ops
+    instead of many small ones per layer."""
     groups = getattr(module, "num_key_value_groups", 1)
     if groups > 1:
         key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, True, scale=scaling)
-    acc = tap.channel_sums.dtype
-    # The query row: attention to every key up to the query, then the channels' key weights.
+    keys = key.float()
     q_row = query[batch.index, :, batch.query].float()  # [b, heads, d]
-    scores = torch.einsum("bhd,bhld->bhl", q_row, key.float()) * scaling
-    lse_row = lse[batch.index, :, batch.query].float()[..., None]  # [b, heads, 1]
-    probs = torch.exp(scores - lse_row).masked_fill(~batch.keys_upto_query[:, None, :], 0.0)
-    at_query = torch.einsum("bhl,blc->bhc", probs, batch.key_weights).to(acc)
-    tap.channel_sums += torch.einsum("bhc,bc->hc", at_query, batch.defined)
-    # Every row's attention to key 0.
-    first = torch.exp(torch.einsum("bhld,bhd->bhl", query.float(), key[:, :, 0].float()) * scaling - lse.float())
-    tap.first_token_sums += torch.einsum("bhl,bl->h", first.to(acc), batch.row_weights)
+    row_scores = torch.matmul(keys, q_row[..., None])[..., 0]  # [b, heads, L]: the query row
+    first_scores = torch.matmul(query.float(), keys[:, :, 0, :, None])[..., 0]  # [b, heads, L]: key 0, every row
+    batch.pending.append((tap, row_scores, first_scores, lse, scaling))
     return out.transpose(1, 2).contiguous(), None
+
+
+def _reduce_pending(batch: "_Batch") -> None:
+    """Attention from scores and log-sum-exps, for every layer of the micro-batch in one go."""
+    if not batch.pending:
+        return
+    taps, row_scores, first_scores, lses, scales = zip(*batch.pending)
+    batch.pending = []
+    def scaled(scores):  # [layers, b, heads, L]
+        if len(set(scales)) == 1:
+            return torch.stack(scores) * scales[0]
+        return torch.stack([s * scale for s, scale in zip(scores, scales)])
+
+    lse = torch.stack(lses).float()  # [layers, b, heads, L]
+    n_layers, b, n_heads, _ = lse.shape
+    lse_row = lse.gather(3, batch.query.view(1, b, 1, 1).expand(n_layers, b, n_heads, 1))
+    probs = torch.exp(scaled(row_scores) - lse_row).masked_fill(~batch.keys_upto_query[None, :, None, :], 0.0)
+    acc = taps[0].channel_sums.dtype
+    at_query = torch.einsum("ybhl,blc->ybhc", probs, batch.key_weights).to(acc)
+    channel_sums = torch.einsum("ybhc,bc->yhc", at_query, batch.defined)
+    first = torch.exp(scaled(first_scores) - lse).to(acc)
+    first_sums = torch.einsum("ybhl,bl->yh", first, batch.row_weights)
+    for layer, tap in enumerate(taps):
+        tap.channel_sums += channel_sums[layer]
+        tap.first_token_sums += first_sums[layer]
 
 
 def _attention_with_widened_values(module, query, key, value, attention_mask, kwargs, tap, batch):
@@ -393,6 +415,7 @@ def _stream(adapter, probe: _DeviceProbe, batch_size: int, active: _ActiveScreen
     for rows in micro_batches(probe.n, batch_size):
         active.batch = _Batch(probe, rows, acc_dtype)
         hidden = adapter.hidden_states(active.batch.input_ids)
+        _reduce_pending(active.batch)
         capability.add(adapter.logits_at(hidden, active.batch.query), active.batch.answer)
         if progress is not None:
             progress(rows.stop - rows.start, probe.n)
