@@ -20,6 +20,24 @@ def probe():
 
 @pytest.mark.parametrize("arch", sorted(BUILDERS))
 def test_screen_matches_full_attention_reference(arch, probe):
+    check_against_reference(arch, probe)
+
+
+@pytest.mark.parametrize("arch", ["gpt_neox", "llama"])
+def test_widened_values_route_matches_reference(arch, probe, monkeypatch):
+    """The route CUDA and MPS take (values widened by the target channels), run on the CPU."""
+    import headtrace.screen
+
+    monkeypatch.setattr(headtrace.screen, "READ_LOGSUMEXP", False)
+    taken = []
+    widened = headtrace.screen._attention_with_widened_values
+    monkeypatch.setattr(headtrace.screen, "_attention_with_widened_values",
+                        lambda *a, **k: taken.append(1) or widened(*a, **k))
+    check_against_reference(arch, probe)
+    assert taken
+
+
+def check_against_reference(arch, probe):
     model = tiny_model(arch)
     result = screen(ModelAdapter(model), probe, ScreenConfig(batch_size=5))
     ref = naive_screen(model, probe)

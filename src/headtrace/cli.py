@@ -81,8 +81,9 @@ def print_screen_summary(result) -> None:
     )
     if summary["underflow_heads"]:
         out_console.print(
-            f"[yellow]warning:[/] {summary['underflow_heads']} heads have a baseline below the smallest normal "
-            f"{run.dtype} number: their selectivities are unreliable (column baseline_underflow); screen in float32"
+            f"[yellow]warning:[/] {summary['underflow_heads']} heads have a baseline below 1e-8 or the smallest "
+            f"normal {run.dtype} number: their selectivities are floor ratios, not measurements (column "
+            "baseline_underflow)" + ("; screen in float32" if run.dtype != "float32" else "")
         )
 
 
@@ -345,11 +346,14 @@ def run(
         console.print(f"[bold red]WARNING: identical weights:[/] {model} {revision} has the same weight "
                       f"files as {same}; the source may serve the wrong checkpoint for one of them "
                       "(cf. Pythia issue #205)", highlight=False)
-    console.print(f"results in {out}/ ({len(result.computed) + len(result.recomputed)} screened, "
-                  f"{len(result.skipped)} kept" + (f", {len(result.ablated)} ablated" if result.ablated else "")
+    console.print(f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
+                  + (f", {len(result.ablated)} ablated" if result.ablated else "")
                   + f"); summary: headtrace results {out}")
     for label, error in result.ablation_failed.items():
         console.print(f"[bold yellow]ablation not run[/] for {label}: {error}", highlight=False)
+    if result.stopped_by:
+        raise HeadtraceError(f"the panel stopped at {result.stopped_by} (re-run the same command once "
+                             "that is fixed: finished revisions are kept)")
     if result.failed:
         raise HeadtraceError(f"{len(result.failed)} of {len(result.planned)} revisions failed "
                              f"({', '.join(result.failed)}); fix the cause and re-run the same command: "

@@ -75,11 +75,7 @@ class ModelAdapter:
         self.model_type = getattr(model.config, "model_type", type(model).__name__)
         spec = ARCHITECTURES.get(self.model_type)
         if spec is None:
-            raise HeadtraceError(
-                f"unsupported architecture '{self.model_type}' ({type(model).__name__}): headtrace does not know "
-                f"where its attention output projections are; supported: {', '.join(sorted(ARCHITECTURES))} "
-                "(add one with headtrace.models.register_architecture)"
-            )
+            raise unsupported_architecture(self.model_type, type(model).__name__)
         try:
             layers = operator.attrgetter(spec.layers)(model)
             self.layers = list(layers)
@@ -228,6 +224,26 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return torch_dtype
 
 
+def unsupported_architecture(model_type: str, class_name: str) -> HeadtraceError:
+    return HeadtraceError(
+        f"unsupported architecture '{model_type}' ({class_name}): headtrace does not know where its attention "
+        f"output projections are; supported: {', '.join(sorted(ARCHITECTURES))} "
+        "(add one with headtrace.models.register_architecture)"
+    )
+
+
+def _check_supported_config(location: str, revision: str | None, trust_remote_code: bool, kwargs: dict) -> None:
+    """Raise the unsupported-architecture error when that is why a model failed to load."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(location, revision=revision, trust_remote_code=trust_remote_code, **kwargs)
+    except (OSError, ValueError):
+        return
+    if config.model_type not in ARCHITECTURES:
+        raise unsupported_architecture(config.model_type, ", ".join(config.architectures or []) or "config")
+
+
 def load_model(
     model: str,
     revision: str | None = None,
@@ -258,6 +274,7 @@ def load_model(
             + f": {first_line} (check the hub id, the revision or the local path)"
         ) from None
     except ValueError as exc:
+        _check_supported_config(location, revision, trust_remote_code, kwargs)
         raise HeadtraceError(f"cannot load model '{model}': {str(exc).splitlines()[0]}") from None
     hf_model.to(torch_device).eval()
     check_finite_weights(hf_model, f"{model}" + (f"@{revision}" if revision else ""))

@@ -25,6 +25,7 @@ ablation already stored with the same config is skipped, so a re-run resumes. A 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -43,7 +44,7 @@ import pandas as pd
 from headtrace import __version__
 from headtrace.ablation import CIRCUITS as ABLATION_CIRCUITS
 from headtrace.ablation import AblationConfig, ablation_done
-from headtrace.errors import HeadtraceError
+from headtrace.errors import DiskFull, HeadtraceError
 from headtrace.executors import (
     QuietReporter,
     RayOptions,
@@ -362,7 +363,8 @@ class OutputLock:
         }
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps(record).encode())
+        with contextlib.suppress(OSError):  # a full disk: the lock holds without its record
+            os.write(fd, json.dumps(record).encode())
         self._fd = fd
         return self
 
@@ -486,8 +488,13 @@ def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[st
         "failed": [{"task": k, "error": v} for k, v in failed.items()],
     }
     tmp = out / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(document, indent=1))
-    os.replace(tmp, out / MANIFEST)
+    try:
+        tmp.write_text(json.dumps(document, indent=1))
+        os.replace(tmp, out / MANIFEST)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DiskFull(f"cannot update '{out / MANIFEST}': {exc.strerror or exc}; free space and re-run the same "
+                       "command (finished shards are kept)") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,6 +511,8 @@ class PanelRun:
     recomputed: list[str] = field(default_factory=list)  # shards written by another config, redone
     computed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # task label -> error
+    written: list[str] = field(default_factory=list)  # shards this call wrote
+    stopped_by: str | None = None  # the error that stopped the panel (disk full, results not writable)
     identical: list[tuple[str, str, str]] = field(default_factory=list)  # (model, revision, same weights as)
     stale_lock: dict | None = None
     to_ablate: list[str] = field(default_factory=list)  # shards whose ablation runs in this call
@@ -565,6 +574,7 @@ def run_panel(
             if outcome.error:
                 result.failed[outcome.task.label] = outcome.error
             elif outcome.run is not None:
+                result.written.append(outcome.task.shard)
                 runs = _with_row(runs, outcome)
                 same = identical_weights(runs).get(outcome.task.shard)
                 if same:
@@ -576,6 +586,7 @@ def run_panel(
                 reporter.warn(f"{outcome.task.label}: ablation not run: {outcome.ablation_error}")
             _write_manifest(out, panel, runs, result.failed)
             if outcome.fatal:
+                result.stopped_by = f"{outcome.task.label}: {outcome.error}"
                 break
         if not todo:
             _write_manifest(out, panel, runs, result.failed)

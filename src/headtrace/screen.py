@@ -1,14 +1,17 @@
 """The screen: every head classified in one streamed pass over a probe.
 
 How a pass works. headtrace registers an attention implementation with transformers that wraps
-SDPA. While a screen runs, it appends to each layer's value vectors one channel per measured
-target (the six classes, the baseline and the null target), holding the example's key weights for
-that target. SDPA then returns, next to the head outputs, the exact attention each query row pays
-to each target, at the cost of a few extra value dimensions and without ever materialising an
-attention pattern. From those channels the screen keeps only per-head sums: the query row for the
-classes, every row of the first-token channel for Gu et al.'s sink score. A pre-hook on each
-output projection accumulates the Gram matrix of the per-head outputs at the query for the
-participation ratio, and logits are computed at the query position only.
+SDPA and measures, for every head, the attention each query row pays to each target (the six
+classes, the baseline and the null target) without ever materialising an attention pattern. On
+the CPU, the fused flash kernel returns each row's log-sum-exp next to the output, and the
+attention of the query row (and of every row to key 0) follows from one dot product per key.
+Elsewhere (CUDA, MPS, masked attention), the values are widened by one channel per target holding
+the example's key weights for it, so that SDPA returns those attentions next to the head outputs,
+at the cost of a few extra value dimensions. The screen keeps only per-head sums: the query row
+for the classes, every row of the first-token channel for Gu et al.'s sink score. A pre-hook on
+each output projection accumulates the Gram matrix of the per-head outputs at the query for the
+participation ratio, and logits are computed at the query position only. The loop over
+micro-batches moves nothing between host and device and never waits on the device.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
@@ -124,18 +127,55 @@ class _LayerTap:
         self.first_token_sums = torch.zeros(n_heads, device=device, dtype=acc_dtype)
 
 
-class _Batch:
-    """The current micro-batch's per-example targets, on the model's device."""
+class _DeviceProbe:
+    """The probe's token ids and compact target positions, moved to the device once per screen.
 
-    def __init__(self, probe: Probe, rows: slice, device: torch.device, dtype: torch.dtype, acc_dtype):
-        self.query = torch.as_tensor(probe.query[rows], device=device)
-        self.key_weights = torch.as_tensor(probe.key_weights(rows), device=device).transpose(1, 2).to(dtype)
-        self.defined = torch.as_tensor(probe.channel_defined()[rows], device=device, dtype=acc_dtype)
-        positions = torch.arange(probe.seq_len, device=device)
-        rows_upto_query = (positions[None, :] <= self.query[:, None]).to(acc_dtype)
+    Dense key weights are built per micro-batch on the device (`_Batch`), so the loop makes no
+    host->device copies and the probe's footprint on the device stays O(n) in small integers."""
+
+    def __init__(self, probe: Probe, device: torch.device, acc_dtype: torch.dtype):
+        self.n, self.seq_len = probe.n, probe.seq_len
+        as_device = lambda a, dtype=None: torch.as_tensor(np.ascontiguousarray(a), device=device, dtype=dtype)
+        self.input_ids = as_device(probe.input_ids)
+        self.query = as_device(probe.query)
+        self.answer = as_device(probe.answer)
+        single = probe.target_positions()
+        # Every channel's target positions, -1 padded to the widest channel: [n, C, K].
+        width = max(probe.local.shape[1], probe.baseline.shape[1], 1)
+        positions = np.full((probe.n, len(CHANNELS), width), -1, dtype=np.int64)
+        for c, name in enumerate(CHANNELS):
+            if name in single:
+                positions[:, c, 0] = single[name]
+        positions[:, CHANNELS.index("local"), : probe.local.shape[1]] = probe.local
+        positions[:, CHANNELS.index("baseline"), : probe.baseline.shape[1]] = probe.baseline
+        self.positions = as_device(positions)
+        self.defined = as_device(probe.channel_defined(), acc_dtype)
+
+
+class _Batch:
+    """The current micro-batch's per-example targets, built on the model's device without host syncs."""
+
+    def __init__(self, probe: _DeviceProbe, rows: slice, acc_dtype: torch.dtype):
+        device = probe.query.device
+        length = probe.seq_len
+        self.input_ids = probe.input_ids[rows]
+        self.answer = probe.answer[rows]
+        self.query = probe.query[rows]
+        self.defined = probe.defined[rows]
+        positions = probe.positions[rows]  # [b, C, K], -1 = none
+        present = positions >= 0
+        # A channel's weight is 1/count on each of its targets (the mean over them); undefined
+        # targets land in a spare column that is dropped. Targets within a channel are distinct.
+        weights = present.to(torch.float32) / present.sum(dim=2, keepdim=True).clamp(min=1).to(torch.float32)
+        dense = torch.zeros(*positions.shape[:2], length + 1, device=device, dtype=torch.float32)
+        dense.scatter_add_(2, torch.where(present, positions, length), weights)
+        self.key_weights = dense[..., :length].transpose(1, 2)  # [b, L, C] float32
+        self.keys_upto_query = torch.arange(length, device=device)[None, :] <= self.query[:, None]  # [b, L]
+        rows_upto_query = self.keys_upto_query.to(acc_dtype)
         # Gu et al.: mean over every query row up to and including the probe's query.
         self.row_weights = rows_upto_query / rows_upto_query.sum(dim=1, keepdim=True)
         self.index = torch.arange(len(self.query), device=device)
+        self.pending: list[tuple] = []  # per layer, from `_attention_with_logsumexp`
 
 
 class _ActiveScreen:
@@ -154,20 +194,95 @@ class _ActiveScreen:
 _SCREENS: list[_ActiveScreen] = []
 
 
+# Read the attention channels from SDPA's log-sum-exp where the CPU flash kernel can return it;
+# tests switch this off to exercise the widened-values route that other devices take.
+READ_LOGSUMEXP = True
+
+
 def probe_attention(module, query, key, value, attention_mask, **kwargs):
-    """SDPA plus per-target attention channels (see the module docstring)."""
+    """SDPA plus the per-target attention channels (see the module docstring)."""
     screen = _SCREENS[-1] if _SCREENS else None
     tap = screen.tap_for(module) if screen else None
     if tap is None or screen.batch is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    batch = screen.batch
+    if kwargs.get("scaling") is None:
+        kwargs["scaling"] = query.shape[-1] ** -0.5
+    if READ_LOGSUMEXP and _plain_causal_cpu(module, query, key, attention_mask, kwargs):
+        return _attention_with_logsumexp(module, query, key, value, kwargs["scaling"], tap, screen.batch)
+    return _attention_with_widened_values(module, query, key, value, attention_mask, kwargs, tap, screen.batch)
+
+
+def _plain_causal_cpu(module, query, key, attention_mask, kwargs) -> bool:
+    """A causal prefill without mask, bias, dropout or softcap, on the CPU: the flash kernel's case."""
+    return (query.device.type == "cpu" and attention_mask is None and query.shape[2] == key.shape[2] > 1
+            and query.dtype in (torch.float32, torch.bfloat16, torch.float16)
+            and (kwargs.get("is_causal") if kwargs.get("is_causal") is not None else getattr(module, "is_causal", True))
+            and not kwargs.get("dropout") and kwargs.get("position_bias") is None and kwargs.get("softcap") is None)
+
+
+def _attention_with_logsumexp(module, query, key, value, scaling: float, tap: _LayerTap, batch: "_Batch"):
+    """The fused CPU kernel returns each row's log-sum-exp next to the output: with it, the query
+    row's attention (for the classes) and every row's attention to key 0 (for the sink score) cost
+    one dot product per key or row, and the head outputs are exactly SDPA's. The scores wait in
+    `batch.pending` and are reduced for all layers at once (`_reduce_pending`): few large ops
+    instead of many small ones per layer."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups > 1:
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, True, scale=scaling)
+    keys = key.float()
+    q_row = query[batch.index, :, batch.query].float()  # [b, heads, d]
+    row_scores = torch.matmul(keys, q_row[..., None])[..., 0]  # [b, heads, L]: the query row
+    first_scores = torch.matmul(query.float(), keys[:, :, 0, :, None])[..., 0]  # [b, heads, L]: key 0, every row
+    batch.pending.append((tap, row_scores, first_scores, lse, scaling))
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _reduce_pending(batch: "_Batch") -> None:
+    """Attention from scores and log-sum-exps, for every layer of the micro-batch in one go."""
+    if not batch.pending:
+        return
+    taps, row_scores, first_scores, lses, scales = zip(*batch.pending)
+    batch.pending = []
+    def scaled(scores):  # [layers, b, heads, L]
+        if len(set(scales)) == 1:
+            return torch.stack(scores) * scales[0]
+        return torch.stack([s * scale for s, scale in zip(scores, scales)])
+
+    lse = torch.stack(lses).float()  # [layers, b, heads, L]
+    n_layers, b, n_heads, _ = lse.shape
+    lse_row = lse.gather(3, batch.query.view(1, b, 1, 1).expand(n_layers, b, n_heads, 1))
+    probs = torch.exp(scaled(row_scores) - lse_row).masked_fill(~batch.keys_upto_query[None, :, None, :], 0.0)
+    acc = taps[0].channel_sums.dtype
+    at_query = torch.einsum("ybhl,blc->ybhc", probs, batch.key_weights).to(acc)
+    channel_sums = torch.einsum("ybhc,bc->yhc", at_query, batch.defined)
+    first = torch.exp(scaled(first_scores) - lse).to(acc)
+    first_sums = torch.einsum("ybhl,bl->yh", first, batch.row_weights)
+    for layer, tap in enumerate(taps):
+        tap.channel_sums += channel_sums[layer]
+        tap.first_token_sums += first_sums[layer]
+
+
+def _attention_with_widened_values(module, query, key, value, attention_mask, kwargs, tap, batch):
+    """The values widened by one channel per target (the key weights): SDPA's output then holds
+    the attention each row pays to each target. Queries and keys are zero-padded to the same
+    width, which leaves every score unchanged (the scale stays that of the true head dim) and keeps
+    SDPA on a fused kernel: with unequal q/k and v head dims, SDPA falls back to its math path."""
     b, kv_heads, length, dim = value.shape
-    extra = batch.key_weights[:, None].expand(b, kv_heads, length, len(CHANNELS)).to(value.dtype)
-    out, _ = sdpa_attention_forward(module, query, key, torch.cat([value, extra], dim=-1), attention_mask, **kwargs)
-    channels = out[..., dim:].to(tap.channel_sums.dtype)  # [b, L, heads, C]
-    at_query = channels[batch.index, batch.query]  # [b, heads, C]
+    n_channels = len(CHANNELS)
+    width = max(query.shape[-1], dim + n_channels)
+    widened = value.new_empty(b, kv_heads, length, width)
+    widened[..., :dim] = value
+    widened[..., dim : dim + n_channels] = batch.key_weights[:, None].to(value.dtype)
+    widened[..., dim + n_channels :] = 0
+    pad = torch.nn.functional.pad
+    query = pad(query, (0, width - query.shape[-1]))
+    key = pad(key, (0, width - key.shape[-1]))
+    out, _ = sdpa_attention_forward(module, query, key, widened, attention_mask, **kwargs)
+    channels = out[..., dim : dim + n_channels]  # [b, L, heads, C]
+    at_query = channels[batch.index, batch.query].to(tap.channel_sums.dtype)  # [b, heads, C]
     tap.channel_sums += torch.einsum("bhc,bc->hc", at_query, batch.defined)
-    first = channels[..., CHANNELS.index("first")]  # [b, L, heads]
+    first = channels[..., CHANNELS.index("first")].to(tap.first_token_sums.dtype)  # [b, L, heads]
     tap.first_token_sums += torch.einsum("blh,bl->h", first, batch.row_weights)
     return out[..., :dim], None
 
@@ -299,19 +414,43 @@ def screen(
             grams[layer].add(heads[active.batch.index, active.batch.query])
 
         with head_output_hooks(adapter, keep_query_outputs):
-            for rows in micro_batches(probe.n, config.batch_size):
-                active.batch = _Batch(probe, rows, device, adapter.dtype, acc_dtype)
-                hidden = adapter.hidden_states(torch.as_tensor(probe.input_ids[rows], device=device))
-                logits = adapter.logits_at(hidden, active.batch.query)
-                capability.add(logits, torch.as_tensor(probe.answer[rows], device=device))
-                if progress is not None:
-                    progress(rows.stop - rows.start, probe.n)
+            _stream(adapter, _DeviceProbe(probe, device, acc_dtype), config.batch_size, active, capability,
+                    acc_dtype, progress)
         active.batch = None
 
+    check_finite_activations(taps, grams, capability, f"{model_name}@{revision}" if revision else model_name)
     wall = time.perf_counter() - t0
     heads = _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens)
     run = _run_record(adapter, probe, config, heads, capability.result(), model_name, revision, tokens, wall, started)
     return ScreenResult(heads=heads, run=run)
+
+
+def _stream(adapter, probe: _DeviceProbe, batch_size: int, active: _ActiveScreen, capability: CapabilityAccumulator,
+            acc_dtype: torch.dtype, progress: Callable[[int, int], None] | None) -> None:
+    """The loop over micro-batches: device work only, no host syncs (tests/test_screen_sync.py)."""
+    for rows in micro_batches(probe.n, batch_size):
+        active.batch = _Batch(probe, rows, acc_dtype)
+        hidden = adapter.hidden_states(active.batch.input_ids)
+        _reduce_pending(active.batch)
+        capability.add(adapter.logits_at(hidden, active.batch.query), active.batch.answer)
+        if progress is not None:
+            progress(rows.stop - rows.start, probe.n)
+
+
+def check_finite_activations(taps: list[_LayerTap], grams: list[GramAccumulator],
+                             capability: CapabilityAccumulator, name: str) -> None:
+    """NaN or inf reached the accumulators: fail the checkpoint with the first layer it came from.
+
+    Checked once after the pass, so the loop never waits on the device."""
+    finite = [bool(torch.isfinite(t.channel_sums).all() and torch.isfinite(t.first_token_sums).all()
+                   and torch.isfinite(g.gram).all()) for t, g in zip(taps, grams)]
+    if all(finite) and bool(torch.isfinite(capability.sums).all()):
+        return
+    where = f"from layer {finite.index(False)} on" if not all(finite) else "in the logits"
+    raise HeadtraceError(
+        f"{name or 'the model'} produced NaN or inf activations {where}: the checkpoint is corrupt, diverged "
+        "or overflows in this dtype; screen it in float32, or drop this revision"
+    )
 
 
 def _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens) -> pd.DataFrame:

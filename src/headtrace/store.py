@@ -80,11 +80,26 @@ def read_results(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     if missing:
         raise HeadtraceError(f"results in '{out}' are inconsistent: run records without head tables: {missing}")
     runs = pd.concat([pd.read_parquet(out / RUNS / n) for n in names], ignore_index=True)
+    check_one_config_per_model(out, runs)
     heads = pd.concat([pd.read_parquet(out / HEADS / n) for n in names], ignore_index=True)
     runs = runs.sort_values(["model", "tokens", "revision"], na_position="last", kind="stable").reset_index(drop=True)
     heads = heads.sort_values(["model", "tokens", "revision", "layer", "head"], na_position="last",
                               kind="stable").reset_index(drop=True)
     return heads, runs
+
+
+def check_one_config_per_model(out: Path, runs: pd.DataFrame) -> None:
+    """A model's revisions screened with different configs are not one trajectory: refuse them."""
+    if "config_hash" not in runs:
+        return
+    for model, hashes in runs.groupby("model").config_hash:
+        distinct = sorted(hashes.dropna().astype(str).unique())
+        if len(distinct) > 1:
+            raise HeadtraceError(
+                f"'{out}' holds {model} screened with {len(distinct)} different configs ({', '.join(distinct)}): "
+                "re-run its panel with one config (`headtrace run` recomputes the others) or keep each config "
+                "in its own results directory"
+            )
 
 
 def ablation_path(out_dir: str | Path, model: str, revision: str | None) -> Path:
