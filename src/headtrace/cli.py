@@ -139,9 +139,9 @@ def _train_with_progress(organism, out: Path, label: str):
 @app.command("train-organism")
 def train_organism(
     arch: str = typer.Option("dense", help="dense (GPT-NeoX style), llama, or moe (OLMoE style)."),
-    steps: Optional[int] = typer.Option(None, help="Training steps [the recipe's default]."),
+    steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     seed: int = typer.Option(0, help="Seed of the initialisation and the data."),
-    out: Optional[Path] = typer.Option(None, help="Output directory [organisms/ARCH]."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (default: organisms/ARCH)."),
 ) -> None:
     """Train a model organism from scratch on the CPU, saving log-spaced Hugging Face checkpoints."""
     from headtrace.organism import ARCHS, CorpusConfig, Organism, TrainConfig, recipe
@@ -160,7 +160,7 @@ def train_organism(
 def demo(
     out: Path = typer.Option(Path("demo-output"), help="Where the organisms, panel, results and report go."),
     compare: bool = typer.Option(False, help="Also train an MoE (OLMoE-style) organism on the same data."),
-    steps: Optional[int] = typer.Option(None, help="Training steps [the recipe's default]."),
+    steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     n_examples: int = typer.Option(256, "--n-examples", "-n", help="Probe sequences per checkpoint."),
 ) -> None:
     """Watch circuits form, offline: train the organism, screen its checkpoints, write the report."""
