@@ -31,6 +31,7 @@ class Recipe:
     n_experts: int = 4  # moe
     experts_per_token: int = 2  # moe
     router_aux_loss: float = 0.01  # moe: load-balancing loss weight
+    init_std: float | None = None  # weight init spread (None: 1/sqrt(d_model), not HF's 0.02 made for wide models)
 
     def validate(self) -> None:
         if self.arch not in ARCHS:
@@ -58,7 +59,8 @@ def hf_config(r: Recipe, vocab_size: int, context: int):
 
     common = dict(vocab_size=vocab_size, hidden_size=r.d_model, num_hidden_layers=r.n_layers,
                   num_attention_heads=r.n_heads, intermediate_size=r.d_mlp, max_position_embeddings=context,
-                  bos_token_id=BOS_ID, eos_token_id=1, pad_token_id=None, tie_word_embeddings=False)
+                  bos_token_id=BOS_ID, eos_token_id=1, pad_token_id=None, tie_word_embeddings=False,
+                  initializer_range=r.init_std or r.d_model ** -0.5)
     if r.arch == "dense":
         return GPTNeoXConfig(**common, rotary_pct=r.rotary_pct, use_parallel_residual=True,
                              hidden_dropout=0.0, attention_dropout=0.0)
