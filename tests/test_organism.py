@@ -32,7 +32,7 @@ def tiny(arch: str = "dense", steps: int = 6, seed: int = 0) -> Organism:
 
 def test_every_sequence_starts_with_bos_and_specials_appear_nowhere_else():
     ids = batch(CorpusConfig(), step=3, batch_size=16)
-    assert ids.shape == (16, 128) and ids.dtype == np.int64
+    assert ids.shape == (16, CorpusConfig().seq_len) and ids.dtype == np.int64
     assert (ids[:, 0] == BOS_ID).all()
     assert ids[:, 1:].min() >= CorpusConfig().n_specials and ids.max() < CorpusConfig().vocab_size
 
@@ -59,7 +59,7 @@ def test_spans_are_copied_at_varying_offsets():
             offsets.append(dest - source)
             assert config.span_min <= length <= config.span_max and dest >= source + length
             assert dest + length <= config.seq_len and source >= 1
-    assert len(set(offsets)) > 40  # no fixed positional offset copies the spans
+    assert len(set(offsets)) > 25  # no fixed positional offset copies the spans
     # In the batches themselves: the token after a repeated 4-gram recurs after its first occurrence.
     ids = batch(config, step=0, batch_size=32)
     gaps = set()
@@ -70,12 +70,12 @@ def test_spans_are_copied_at_varying_offsets():
             if key in seen and p - seen[key] >= 4:
                 gaps.add(p - seen[key])
             seen.setdefault(key, p)
-    assert len(gaps) > 20
+    assert len(gaps) > 15
 
 
 def test_checkpoint_steps_are_log_spaced_from_one_to_the_last():
-    steps = checkpoint_steps(600, 12)
-    assert steps[0] == 1 and steps[-1] == 600 and steps == sorted(set(steps))
+    steps = checkpoint_steps(1000, 12)
+    assert steps[0] == 1 and steps[-1] == 1000 and steps == sorted(set(steps))
     ratios = np.diff(np.log(steps[3:]))
     assert ratios.max() < 2 * ratios.min() + 0.1
     assert checkpoint_steps(5, 1) == [5] and checkpoint_steps(1, 12) == [1]
@@ -199,3 +199,26 @@ def test_train_organism_bad_input_is_one_line_exit_2(args, message, tmp_path):
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     assert len([line for line in proc.stderr.splitlines() if line.startswith("error:")]) == 1
     assert not (tmp_path / "org").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# The default recipe forms the circuits the demo shows.
+
+
+@pytest.mark.slow
+def test_default_recipe_forms_an_induction_head_and_sinks(tmp_path):
+    from headtrace.organism.demo import demo_organisms
+    from headtrace.screen import build_probe, screen
+
+    organism = demo_organisms()["organism-dense"]
+    result = train(tmp_path / "dense", organism)
+    config = demo_screen(organism.corpus)
+
+    def screened(entry):
+        path = str(tmp_path / "dense" / entry["revision"])
+        return screen(load_model(path), build_probe(config, lambda: load_tokenizer(path)), config)
+
+    first, final = screened(result.checkpoints[0]), screened(result.checkpoints[-1])
+    assert final.heads.sel_induction.max() >= 50 and final.heads.induction_circuit.any()
+    assert final.run.top1.item() > first.run.top1.item() + 0.3  # capability jumps with the circuit
+    assert not first.heads.sink.any() and final.heads.sink.any()  # sinks emerge over training

@@ -182,9 +182,10 @@ def demo(
     paths.panel.write_text(panel_toml("demo", screen_config, models))
     run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
         gpus_per_task=None, cpus_per_task=1.0, max_retries=3)
-    findings(paths.results, sharp_share=None, early_share=None, pr_rise_fraction=None)
+    write_findings(paths.results)
     page = build_report(paths.results)
     _print_organism_trajectories(paths.results)
+    console.print(f"findings: {paths.results / 'findings.md'}")
     console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
                   f"[bold]{page.resolve()}[/]\nre-screen with: headtrace run {paths.panel} --out {paths.results}")
 
@@ -197,7 +198,7 @@ def _print_organism_trajectories(results_dir: Path) -> None:
     shown = Table(title="the organism's trajectory")
     for column in ("model", "revision", "tokens", "top-1", "best induction head", "induction heads >= 50x",
                    "sink fraction"):
-        shown.add_column(column, justify="left" if column in ("model", "revision") else "right")
+        shown.add_column(column, justify="left" if column in ("model", "revision") else "right", no_wrap=True)
     table = table.sort_values(["model", "tokens"], kind="stable")
     for (model, revision), heads in table.groupby(["model", "revision"], sort=False):
         best = heads.loc[heads.sel_induction.idxmax()]

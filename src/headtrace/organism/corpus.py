@@ -25,12 +25,12 @@ BOS_ID = 0
 class CorpusConfig:
     """What the synthetic corpus looks like."""
 
-    vocab_size: int = 512
-    seq_len: int = 128  # including the BOS at position 0
-    zipf_exponent: float = 1.0
-    span_min: int = 4  # copied span length, inclusive range
-    span_max: int = 24
-    spans_per_sequence: int = 3
+    vocab_size: int = 256
+    seq_len: int = 64  # including the BOS at position 0 (induction forms ~quadratically slower with length)
+    zipf_exponent: float = 0.7
+    span_min: int = 12  # copied span length, inclusive range: dense copying makes induction pay early
+    span_max: int = 30
+    spans_per_sequence: int = 2
     seed: int = 0
 
     @property

@@ -24,9 +24,9 @@ class Recipe:
     arch: str = "dense"
     n_layers: int = 2
     n_heads: int = 4
-    d_model: int = 128
-    d_mlp: int = 512
-    rotary_pct: float = 0.25  # dense only: Pythia's share of rotary head dims
+    d_model: int = 128  # head dim 32: narrower heads cannot match and copy a 256-token vocabulary
+    d_mlp: int = 256
+    rotary_pct: float = 1.0  # dense only: share of rotary head dims (Pythia: 0.25)
     n_kv_heads: int | None = None  # llama: grouped-query attention (None: one per head)
     n_experts: int = 4  # moe
     experts_per_token: int = 2  # moe
@@ -47,7 +47,7 @@ class Recipe:
 
 def recipe(arch: str = "dense", **overrides) -> Recipe:
     """The default recipe of an architecture (the MoE's experts are narrower: similar active size)."""
-    defaults = {"moe": {"d_mlp": 256}}.get(arch, {})
+    defaults = {"moe": {"d_mlp": 128}}.get(arch, {})
     chosen = Recipe(arch=arch, **{**defaults, **overrides})
     chosen.validate()
     return chosen

@@ -42,10 +42,10 @@ StepCallback = Callable[[int, int, float], None]
 class TrainConfig:
     """How the organism is trained."""
 
-    steps: int = 600
+    steps: int = 1000
     batch_size: int = 32
-    lr: float = 2e-3
-    warmup_steps: int = 30
+    lr: float = 5e-3
+    warmup_steps: int = 50
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     n_checkpoints: int = 12
