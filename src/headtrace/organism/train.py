@@ -42,9 +42,9 @@ StepCallback = Callable[[int, int, float], None]
 class TrainConfig:
     """How the organism is trained."""
 
-    steps: int = 1000
+    steps: int = 1200
     batch_size: int = 32
-    lr: float = 5e-3
+    lr: float = 3e-3
     warmup_steps: int = 50
     weight_decay: float = 0.01
     grad_clip: float = 1.0
