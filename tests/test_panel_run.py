@@ -27,24 +27,11 @@ from panel_helpers import (
     PYTHIA,
     SCREEN,
     assert_same_tables,
-    fake_hub,
     panel_file,
-    point_hub_env,
     seed_of,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def hub():
-    with fake_hub() as server:
-        yield server
-
-
-@pytest.fixture
-def cache(hub, tmp_path, monkeypatch) -> Path:
-    return point_hub_env(monkeypatch, hub.url, tmp_path / "hf")
 
 
 def cached_weights(cache: Path) -> list[str]:

@@ -42,3 +42,18 @@ def test_ray_executor_writes_the_same_tables_as_the_local_executor(ray_cluster, 
     assert_same_tables(read_results(tmp_path / "ray"), read_results(tmp_path / "local"))
     # The shared directory resumes like any other: nothing left to do.
     assert len(run_panel(panel, tmp_path / "ray", executor="ray").skipped) == 2
+
+
+def test_ray_executor_ablates_like_the_local_executor(ray_cluster, tmp_path):
+    from headtrace.store import read_ablations
+    from panel_helpers import SCREEN
+
+    screen = SCREEN + '[ablation]\ncircuit = "L1H1,L1H3"\nseeds = 2\nrevisions = "all"\n'
+    panel = load_panel(panel_file(tmp_path, {PYTHIA: ["step4", "step8"]}, screen=screen))
+    on_ray = run_panel(panel, tmp_path / "ray", executor="ray", ray=RayOptions(cpus_per_task=1, max_retries=1))
+    assert not on_ray.failed and len(on_ray.ablated) == 2 and not on_ray.ablation_failed
+    run_panel(panel, tmp_path / "local", executor="local")
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(read_ablations(tmp_path / "ray"), read_ablations(tmp_path / "local"),
+                                  check_exact=True)

@@ -8,20 +8,7 @@ import pytest
 
 from headtrace.errors import HeadtraceError
 from headtrace.revisions import catalog, log_spaced, parse_revision, pythia_revisions, select
-
-OLMO = [
-    "main",
-    "step1000-tokens2B",
-    "step2000-tokens4B",
-    "step5000-tokens10B",
-    "step11000-tokens23B",
-    "step25000-tokens52B",
-    "step56000-tokens117B",
-    "step126000-tokens264B",
-    "step285000-tokens597B",
-    "step644000-tokens1350B",
-    "step1454000-tokens3048B",
-]
+from hub_server import OLMO_BRANCHES as OLMO
 
 
 def test_names_carry_steps_and_tokens():

@@ -19,21 +19,9 @@ from headtrace.sources import HubSource, LocalSource, RetryPolicy
 from headtrace.store import read_results
 from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, FakeRepo, Fault
 from models_zoo import tiny_model
-from panel_helpers import OLMO, PYTHIA, SCREEN, fake_hub, point_hub_env
+from panel_helpers import OLMO, PYTHIA, SCREEN
 
 FAST = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.05)
-
-
-@pytest.fixture(scope="module")
-def hub():
-    with fake_hub() as server:
-        yield server
-
-
-@pytest.fixture
-def cache(hub, tmp_path, monkeypatch) -> Path:
-    hub.clear_faults()
-    return point_hub_env(monkeypatch, hub.url, tmp_path / "hf")
 
 
 def served_hash(hub, repo_id: str, branch: str) -> str:

@@ -1,5 +1,6 @@
 """How a panel's tasks run. A task is one (model, revision): fetch its checkpoint, screen it, write
-one Parquet shard atomically, then release the downloaded files (unless they are to be kept).
+one Parquet shard atomically, run the panel's ablation on it when asked (its own Parquet file, also
+atomic), then release the downloaded files (unless they are to be kept).
 
 - `run_local`: tasks in order in this process. While one revision is screened the next one
   downloads in a background thread (one ahead, so at most two revisions are on disk at once).
@@ -19,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
+from headtrace.ablation import AblationConfig, ablate_checkpoint
 from headtrace.errors import DiskFull, HeadtraceError
 from headtrace.models import load_model, load_tokenizer
 from headtrace.revisions import Revision
@@ -35,6 +37,8 @@ class Task:
 
     source: CheckpointSource
     revision: Revision
+    screen: bool = True  # screen and write the shard (False: it is already written with this config)
+    ablate: bool = False  # then run the panel's ablation on it (reusing the stored screen)
 
     @property
     def label(self) -> str:
@@ -50,9 +54,11 @@ class TaskResult:
     """How a task ended: its run record (one row, as written), or an error message."""
 
     task: Task
-    run: dict | None = None
+    run: dict | None = None  # None when the task only ablated
     error: str | None = None
     fatal: bool = False  # the panel cannot go on (disk full, results not writable)
+    ablation: str | None = None  # the verdict, when the task ablated
+    ablation_error: str | None = None  # the screen is written but its ablation could not run
 
 
 class Reporter(Protocol):
@@ -90,6 +96,7 @@ class TaskSettings:
     config: ScreenConfig
     out: str
     keep_checkpoints: bool = False
+    ablation: AblationConfig | None = None
 
 
 def fetch(task: Task, reporter: Reporter) -> Checkpoint | TaskResult:
@@ -118,6 +125,25 @@ def _screen_and_write(
         adapter = load_model(checkpoint.path, dtype=config.dtype, device=config.device)
         load_s = time.perf_counter() - started
         probe = build_probe(config, lambda: load_tokenizer(checkpoint.path))
+    except HeadtraceError as exc:
+        return TaskResult(task, error=str(exc), fatal=isinstance(exc, DiskFull))
+    outcome = _screen(task, checkpoint, settings, reporter, adapter, probe, load_s) if task.screen else TaskResult(task)
+    if task.ablate and settings.ablation is not None and not outcome.error:
+        try:  # the circuit comes from the screen stored for this config (written just now, or before)
+            result = ablate_checkpoint(task.source.name, task.revision.name, config, settings.ablation,
+                                       out=settings.out, tokens=task.revision.tokens, adapter=adapter, probe=probe,
+                                       progress=reporter.screening(f"{task.label} ablation"))
+            outcome.ablation = result.verdict
+        except HeadtraceError as exc:
+            outcome.ablation_error = str(exc)
+            outcome.fatal = isinstance(exc, DiskFull)
+    return outcome
+
+
+def _screen(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter, adapter, probe,
+            load_s: float) -> TaskResult:
+    config = settings.config
+    try:
         result = screen(
             adapter,
             probe,

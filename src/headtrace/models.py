@@ -8,9 +8,11 @@ are read (participation ratio) and ablated.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -25,13 +27,15 @@ class ArchitectureSpec:
     layers: str
     attention: str
     out_proj: str
+    final_norm: str  # dotted path to the norm applied after the last layer (for replaying layers)
 
 
-_LLAMA_LIKE = ArchitectureSpec(layers="model.layers", attention="self_attn", out_proj="o_proj")
+_LLAMA_LIKE = ArchitectureSpec(layers="model.layers", attention="self_attn", out_proj="o_proj", final_norm="model.norm")
 
 ARCHITECTURES: dict[str, ArchitectureSpec] = {
-    "gpt_neox": ArchitectureSpec(layers="gpt_neox.layers", attention="attention", out_proj="dense"),
-    "gpt2": ArchitectureSpec(layers="transformer.h", attention="attn", out_proj="c_proj"),
+    "gpt_neox": ArchitectureSpec(layers="gpt_neox.layers", attention="attention", out_proj="dense",
+                                 final_norm="gpt_neox.final_layer_norm"),
+    "gpt2": ArchitectureSpec(layers="transformer.h", attention="attn", out_proj="c_proj", final_norm="transformer.ln_f"),
     "olmo": _LLAMA_LIKE,
     "olmo2": _LLAMA_LIKE,
     "olmoe": _LLAMA_LIKE,
@@ -71,19 +75,17 @@ class ModelAdapter:
         self.model_type = getattr(model.config, "model_type", type(model).__name__)
         spec = ARCHITECTURES.get(self.model_type)
         if spec is None:
-            raise HeadtraceError(
-                f"unsupported architecture '{self.model_type}' ({type(model).__name__}): headtrace does not know "
-                f"where its attention output projections are; supported: {', '.join(sorted(ARCHITECTURES))} "
-                "(add one with headtrace.models.register_architecture)"
-            )
+            raise unsupported_architecture(self.model_type, type(model).__name__)
         try:
             layers = operator.attrgetter(spec.layers)(model)
+            self.layers = list(layers)
+            self.final_norm = operator.attrgetter(spec.final_norm)(model)
             self.attention = [getattr(layer, spec.attention) for layer in layers]
             self.out_proj = [getattr(attn, spec.out_proj) for attn in self.attention]
         except AttributeError as exc:
             raise HeadtraceError(
                 f"architecture '{self.model_type}' ({type(model).__name__}) lacks the expected module path "
-                f"{spec.layers}[i].{spec.attention}.{spec.out_proj} ({exc}); register a matching ArchitectureSpec"
+                f"{spec.layers}[i].{spec.attention}.{spec.out_proj} / {spec.final_norm} ({exc}); register a matching ArchitectureSpec"
             ) from None
         self.layer_of_attention = {id(module): layer for layer, module in enumerate(self.attention)}
         self.layout = self._layout()
@@ -118,10 +120,70 @@ class ModelAdapter:
         """Final hidden states [b, L, d] (after the final norm), without the unembedding."""
         return self.model.base_model(input_ids=input_ids, use_cache=False).last_hidden_state
 
+    @contextlib.contextmanager
+    def recording_layer_input(self, layer: int, stop: bool = False) -> Iterator[list["LayerInput"]]:
+        """Append what decoder layer `layer` receives in each forward to the yielded list; with
+        `stop`, the forward ends there (raising `StopForward`)."""
+        captured: list[LayerInput] = []
+
+        def hook(_module, args, kwargs):
+            captured.append(LayerInput(args[0], args[1:], dict(kwargs)))
+            if stop:
+                raise StopForward
+
+        handle = self.layers[layer].register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            yield captured
+        finally:
+            handle.remove()
+
+    def layer_input(self, input_ids: torch.Tensor, layer: int) -> "LayerInput":
+        """What decoder layer `layer` receives (residual stream and its other arguments), computing
+        only the layers before it."""
+        with self.recording_layer_input(layer, stop=True) as captured:
+            try:
+                self.hidden_states(input_ids)
+            except StopForward:
+                pass
+        return captured[0]
+
+    def replay(self, start: LayerInput, layer: int, repeat: int = 1) -> torch.Tensor:
+        """Final hidden states from decoder layer `layer` on, given what it receives (`layer_input`);
+        with `repeat`, the micro-batch runs `repeat` times stacked along the batch (block-major)."""
+        b = start.hidden.shape[0]
+
+        def stacked(value):
+            if repeat > 1 and isinstance(value, torch.Tensor) and value.ndim >= 2 and value.shape[0] == b:
+                return value.repeat(repeat, *([1] * (value.ndim - 1)))
+            if isinstance(value, tuple):
+                return tuple(stacked(v) for v in value)
+            return value
+
+        hidden = stacked(start.hidden)
+        args = stacked(start.args)
+        kwargs = {k: stacked(v) for k, v in start.kwargs.items()}
+        for block in self.layers[layer:]:
+            out = block(hidden, *args, **kwargs)
+            hidden = out[0] if isinstance(out, tuple) else out
+        return self.final_norm(hidden)
+
     def logits_at(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Logits [b, V] at one position per row: unembed only where they are needed."""
         rows = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
         return self.model.get_output_embeddings()(rows).float()
+
+
+@dataclass
+class LayerInput:
+    """A decoder layer's inputs as its model calls it: the residual stream and the other arguments."""
+
+    hidden: torch.Tensor  # [b, L, d]
+    args: tuple
+    kwargs: dict
+
+
+class StopForward(Exception):
+    """Ends a forward pass early once the wanted layer input is captured."""
 
 
 def _first_attr(obj, *names, default=...):
@@ -162,6 +224,26 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return torch_dtype
 
 
+def unsupported_architecture(model_type: str, class_name: str) -> HeadtraceError:
+    return HeadtraceError(
+        f"unsupported architecture '{model_type}' ({class_name}): headtrace does not know where its attention "
+        f"output projections are; supported: {', '.join(sorted(ARCHITECTURES))} "
+        "(add one with headtrace.models.register_architecture)"
+    )
+
+
+def _check_supported_config(location: str, revision: str | None, trust_remote_code: bool, kwargs: dict) -> None:
+    """Raise the unsupported-architecture error when that is why a model failed to load."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(location, revision=revision, trust_remote_code=trust_remote_code, **kwargs)
+    except (OSError, ValueError):
+        return
+    if config.model_type not in ARCHITECTURES:
+        raise unsupported_architecture(config.model_type, ", ".join(config.architectures or []) or "config")
+
+
 def load_model(
     model: str,
     revision: str | None = None,
@@ -192,6 +274,7 @@ def load_model(
             + f": {first_line} (check the hub id, the revision or the local path)"
         ) from None
     except ValueError as exc:
+        _check_supported_config(location, revision, trust_remote_code, kwargs)
         raise HeadtraceError(f"cannot load model '{model}': {str(exc).splitlines()[0]}") from None
     hf_model.to(torch_device).eval()
     check_finite_weights(hf_model, f"{model}" + (f"@{revision}" if revision else ""))

@@ -18,11 +18,14 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
 
 `run_panel` plans one task per (model, revision), checks every name before any work starts, skips
 shards already written with the same config hash, runs the rest on an executor (executors.py),
-and keeps `DIR/manifest.json` up to date. A lock file stops two runs from sharing a directory.
+and keeps `DIR/manifest.json` up to date. With an `[ablation]` section, the selected revisions are
+ablated after their screen (the circuit comes from the stored screen) into DIR/ablations/; an
+ablation already stored with the same config is skipped, so a re-run resumes. A lock file stops two runs from sharing a directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -39,7 +42,9 @@ from typing import Callable, Iterator, Sequence
 import pandas as pd
 
 from headtrace import __version__
-from headtrace.errors import HeadtraceError
+from headtrace.ablation import CIRCUITS as ABLATION_CIRCUITS
+from headtrace.ablation import AblationConfig, ablation_done
+from headtrace.errors import DiskFull, HeadtraceError
 from headtrace.executors import (
     QuietReporter,
     RayOptions,
@@ -64,7 +69,7 @@ MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
 LOCK = ".headtrace.lock"
 SOURCES = ("hub", "local", "organism")
-CIRCUITS = ("induction", "previous-token", "sink")
+CIRCUITS = tuple(ABLATION_CIRCUITS)
 _HEAD_LIST = re.compile(r"^L\d+H\d+(,L\d+H\d+)*$")
 
 
@@ -358,7 +363,8 @@ class OutputLock:
         }
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps(record).encode())
+        with contextlib.suppress(OSError):  # a full disk: the lock holds without its record
+            os.write(fd, json.dumps(record).encode())
         self._fd = fd
         return self
 
@@ -477,12 +483,18 @@ def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[st
         "panel": {"name": panel.name, "file": panel.path, "sha256": panel.sha256},
         "config_hash": panel.screen.config_hash,
         "config": panel.screen.to_dict(),
+        "ablation": dataclasses.asdict(panel.ablation) if panel.ablation else None,
         "shards": shards,
         "failed": [{"task": k, "error": v} for k, v in failed.items()],
     }
     tmp = out / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(document, indent=1))
-    os.replace(tmp, out / MANIFEST)
+    try:
+        tmp.write_text(json.dumps(document, indent=1))
+        os.replace(tmp, out / MANIFEST)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DiskFull(f"cannot update '{out / MANIFEST}': {exc.strerror or exc}; free space and re-run the same "
+                       "command (finished shards are kept)") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -499,8 +511,14 @@ class PanelRun:
     recomputed: list[str] = field(default_factory=list)  # shards written by another config, redone
     computed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # task label -> error
+    written: list[str] = field(default_factory=list)  # shards this call wrote
+    stopped_by: str | None = None  # the error that stopped the panel (disk full, results not writable)
     identical: list[tuple[str, str, str]] = field(default_factory=list)  # (model, revision, same weights as)
     stale_lock: dict | None = None
+    to_ablate: list[str] = field(default_factory=list)  # shards whose ablation runs in this call
+    ablations_skipped: list[str] = field(default_factory=list)  # ablations already done with this config
+    ablated: list[str] = field(default_factory=list)
+    ablation_failed: dict[str, str] = field(default_factory=dict)  # task label -> why its ablation did not run
 
 
 def run_panel(
@@ -532,26 +550,43 @@ def run_panel(
         result = PanelRun(out=out, planned=tasks, stale_lock=lock.previous_owner)
         config_hash = panel.screen.config_hash
         written = dict(zip(runs.shard, runs.config_hash))
+        ablation = ablation_config(panel.ablation)
+        targets = ablation_targets(panel, tasks)
         todo = []
         for task in tasks:
-            if written.get(task.shard) == config_hash:
+            screened = written.get(task.shard) == config_hash
+            if screened:
                 result.skipped.append(task.shard)
             else:
                 (result.recomputed if task.shard in written else result.computed).append(task.shard)
-                todo.append(task)
+            ablate = task.shard in targets and not (
+                screened and ablation_done(out, task.source.name, task.revision.name, ablation, panel.screen))
+            if ablate:
+                result.to_ablate.append(task.shard)
+            elif task.shard in targets:
+                result.ablations_skipped.append(task.shard)
+            if ablate or not screened:
+                todo.append(dataclasses.replace(task, screen=not screened, ablate=ablate))
         if on_start:
             on_start(result)
         runs = runs.set_index("shard", drop=False)
         for outcome in _execute(todo, panel, out, executor, keep_checkpoints, prefetch, ray, reporter):
             if outcome.error:
                 result.failed[outcome.task.label] = outcome.error
-            else:
+            elif outcome.run is not None:
+                result.written.append(outcome.task.shard)
                 runs = _with_row(runs, outcome)
                 same = identical_weights(runs).get(outcome.task.shard)
                 if same:
                     reporter.warn(f"{outcome.task.label} has the same weight files as {same}")
+            if outcome.ablation:
+                result.ablated.append(outcome.task.shard)
+            if outcome.ablation_error:
+                result.ablation_failed[outcome.task.label] = outcome.ablation_error
+                reporter.warn(f"{outcome.task.label}: ablation not run: {outcome.ablation_error}")
             _write_manifest(out, panel, runs, result.failed)
             if outcome.fatal:
+                result.stopped_by = f"{outcome.task.label}: {outcome.error}"
                 break
         if not todo:
             _write_manifest(out, panel, runs, result.failed)
@@ -560,6 +595,34 @@ def run_panel(
         (r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s
     ]
     return result
+
+
+def ablation_config(spec: AblationSpec | None) -> AblationConfig | None:
+    """The ablation stage's config for a panel's `[ablation]` section."""
+    return None if spec is None else AblationConfig(circuit=spec.circuit, seeds=spec.seeds, mode=spec.mode)
+
+
+def ablation_targets(panel: Panel, tasks: list[Task]) -> set[str]:
+    """Shards to ablate: each model's last planned revision (final), every one (all), or the named ones."""
+    spec = panel.ablation
+    if spec is None:
+        return set()
+    if spec.revisions == "all":
+        return {t.shard for t in tasks}
+    if spec.revisions == "final":  # most tokens; where tokens are unknown, the last one listed
+        final: dict[str, Task] = {}
+        for task in tasks:
+            best = final.get(task.source.name)
+            if best is None or best.revision.tokens is None or task.revision.tokens is None \
+                    or task.revision.tokens >= best.revision.tokens:
+                final[task.source.name] = task
+        return {t.shard for t in final.values()}
+    names = set(spec.revisions)
+    unknown = names - {t.revision.name for t in tasks}
+    if unknown:
+        raise HeadtraceError(f"{panel.path or panel.name}: [ablation] revisions {', '.join(sorted(unknown))} are not "
+                             "among the panel's revisions; pick from the models' revisions")
+    return {t.shard for t in tasks if t.revision.name in names}
 
 
 def _with_row(runs: pd.DataFrame, outcome: TaskResult) -> pd.DataFrame:
@@ -579,7 +642,8 @@ def _execute(
 ) -> Iterator[TaskResult]:
     if not tasks:
         return iter(())
-    settings = TaskSettings(config=panel.screen, out=str(out), keep_checkpoints=keep)
+    settings = TaskSettings(config=panel.screen, out=str(out), keep_checkpoints=keep,
+                            ablation=ablation_config(panel.ablation))
     if executor == "ray":
         return run_ray(tasks, settings, reporter, ray)
     return run_local(tasks, settings, reporter, prefetch=prefetch)

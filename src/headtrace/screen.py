@@ -191,14 +191,21 @@ def attention_tap(adapter: ModelAdapter, taps: list[_LayerTap]) -> Iterator[_Act
 
 
 @contextlib.contextmanager
-def head_output_hooks(adapter: ModelAdapter, fn: Callable[[int, torch.Tensor], None]) -> Iterator[None]:
-    """Call fn(layer, per_head_outputs [b, L, heads, dim]) with each output projection's input."""
+def head_output_hooks(
+    adapter: ModelAdapter, fn: Callable[[int, torch.Tensor], torch.Tensor | None]
+) -> Iterator[None]:
+    """Call fn(layer, per_head_outputs [b, L, heads, dim]) with each output projection's input.
+
+    When fn returns a tensor of that shape, it replaces the input (how heads are ablated)."""
     layout = adapter.layout
 
     def make_hook(layer: int):
         def hook(_module, args):
             x = args[0]
-            fn(layer, x.view(*x.shape[:-1], layout.n_heads, layout.head_dim))
+            replacement = fn(layer, x.view(*x.shape[:-1], layout.n_heads, layout.head_dim))
+            if replacement is not None:
+                return (replacement.reshape(x.shape), *args[1:])
+            return None
 
         return hook
 
@@ -221,18 +228,26 @@ class CapabilityAccumulator:
         self.sums = torch.zeros(4, device=device, dtype=acc_dtype)
         self.count = 0
 
-    def add(self, logits: torch.Tensor, answer: torch.Tensor) -> None:
+    METRICS = ("top1", "top5", "loss", "mean_logit_answer")
+
+    @staticmethod
+    def per_example(logits: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
+        """[b, 4]: hit at 1, hit at 5, cross-entropy, logit of the answer (the columns of METRICS)."""
         logits = logits.float()
         answer_logit = logits.gather(1, answer[:, None])[:, 0]
         rank = (logits > answer_logit[:, None]).sum(dim=1)
         loss = torch.logsumexp(logits, dim=1) - answer_logit
-        stats = torch.stack([(rank < 1).float(), (rank < 5).float(), loss, answer_logit], dim=1)
+        return torch.stack([(rank < 1).float(), (rank < 5).float(), loss, answer_logit], dim=1)
+
+    def add(self, logits: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
+        """Add a micro-batch; returns its per-example statistics."""
+        stats = self.per_example(logits, answer)
         self.sums += stats.to(self.sums.dtype).sum(dim=0)
         self.count += len(answer)
+        return stats
 
     def result(self) -> dict[str, float]:
-        top1, top5, loss, logit = (self.sums / max(self.count, 1)).tolist()
-        return {"top1": top1, "top5": top5, "loss": loss, "mean_logit_answer": logit}
+        return dict(zip(self.METRICS, (self.sums / max(self.count, 1)).tolist()))
 
 
 def capability_from_logits(logits: torch.Tensor, answer: torch.Tensor) -> dict[str, float]:
@@ -293,10 +308,27 @@ def screen(
                     progress(rows.stop - rows.start, probe.n)
         active.batch = None
 
+    check_finite_activations(taps, grams, capability, f"{model_name}@{revision}" if revision else model_name)
     wall = time.perf_counter() - t0
     heads = _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens)
     run = _run_record(adapter, probe, config, heads, capability.result(), model_name, revision, tokens, wall, started)
     return ScreenResult(heads=heads, run=run)
+
+
+def check_finite_activations(taps: list[_LayerTap], grams: list[GramAccumulator],
+                             capability: CapabilityAccumulator, name: str) -> None:
+    """NaN or inf reached the accumulators: fail the checkpoint with the first layer it came from.
+
+    Checked once after the pass, so the loop never waits on the device."""
+    finite = [bool(torch.isfinite(t.channel_sums).all() and torch.isfinite(t.first_token_sums).all()
+                   and torch.isfinite(g.gram).all()) for t, g in zip(taps, grams)]
+    if all(finite) and bool(torch.isfinite(capability.sums).all()):
+        return
+    where = f"from layer {finite.index(False)} on" if not all(finite) else "in the logits"
+    raise HeadtraceError(
+        f"{name or 'the model'} produced NaN or inf activations {where}: the checkpoint is corrupt, diverged "
+        "or overflows in this dtype; screen it in float32, or drop this revision"
+    )
 
 
 def _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens) -> pd.DataFrame:

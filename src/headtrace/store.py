@@ -4,6 +4,7 @@ Layout of a results directory (pandas, polars and DuckDB read each folder as one
 
     DIR/heads/<model-slug>@<revision>.parquet   one row per head
     DIR/runs/<model-slug>@<revision>.parquet    one row: the run record (capability, config, timings)
+    DIR/ablations/<model-slug>@<revision>.parquet   one row per ablation condition (ablation.py)
 
 A shard is complete when its run file exists: the heads file is renamed into place first, the run
 file last, each from a temporary file in the same folder, so a killed process never leaves a file
@@ -23,6 +24,7 @@ from headtrace.errors import HeadtraceError
 
 HEADS = "heads"
 RUNS = "runs"
+ABLATIONS = "ablations"
 
 
 def slug(model: str) -> str:
@@ -78,8 +80,43 @@ def read_results(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     if missing:
         raise HeadtraceError(f"results in '{out}' are inconsistent: run records without head tables: {missing}")
     runs = pd.concat([pd.read_parquet(out / RUNS / n) for n in names], ignore_index=True)
+    check_one_config_per_model(out, runs)
     heads = pd.concat([pd.read_parquet(out / HEADS / n) for n in names], ignore_index=True)
     runs = runs.sort_values(["model", "tokens", "revision"], na_position="last", kind="stable").reset_index(drop=True)
     heads = heads.sort_values(["model", "tokens", "revision", "layer", "head"], na_position="last",
                               kind="stable").reset_index(drop=True)
     return heads, runs
+
+
+def check_one_config_per_model(out: Path, runs: pd.DataFrame) -> None:
+    """A model's revisions screened with different configs are not one trajectory: refuse them."""
+    if "config_hash" not in runs:
+        return
+    for model, hashes in runs.groupby("model").config_hash:
+        distinct = sorted(hashes.dropna().astype(str).unique())
+        if len(distinct) > 1:
+            raise HeadtraceError(
+                f"'{out}' holds {model} screened with {len(distinct)} different configs ({', '.join(distinct)}): "
+                "re-run its panel with one config (`headtrace run` recomputes the others) or keep each config "
+                "in its own results directory"
+            )
+
+
+def ablation_path(out_dir: str | Path, model: str, revision: str | None) -> Path:
+    return Path(out_dir) / ABLATIONS / shard_name(model, revision or "")
+
+
+def write_ablation(out_dir: str | Path, table: pd.DataFrame) -> Path:
+    """Write one (model, revision) ablation table atomically; returns its path."""
+    path = ablation_path(out_dir, str(table["model"].iloc[0]), str(table["revision"].iloc[0]))
+    try:
+        write_parquet_atomic(table, path)
+    except OSError as exc:
+        raise HeadtraceError(f"cannot write results to '{out_dir}': {exc.strerror or exc}; free space or pick --out") from None
+    return path
+
+
+def read_ablations(out_dir: str | Path) -> pd.DataFrame | None:
+    """Every ablation condition stored under DIR/ablations, one row per condition; None when there are none."""
+    paths = sorted((Path(out_dir) / ABLATIONS).glob("*.parquet"))
+    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True) if paths else None

@@ -14,11 +14,10 @@ import numpy as np
 import pandas as pd
 
 from headtrace.probes import CLASSES
-from headtrace.store import HEADS, RUNS, read_results
+from headtrace.store import ABLATIONS, HEADS, RUNS, read_ablations, read_results
 from headtrace.trajectory import (ModelPanel, TrajectoryConfig, final_circuit, findings, milestones, model_panels,
                                   tokens_label)
 
-ABLATIONS = "ablations"
 LABEL_ORDER: tuple[str, ...] = CLASSES + ("unclassified",)
 SINK_MILESTONE, INDUCTION_MILESTONE = "sink fraction", "induction"  # prefixes of trajectory's milestone names
 MAX_GRID_REVISIONS = 12  # label-grid panels shown per model
@@ -53,12 +52,6 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
     return PanelData(results_dir=out, runs=runs, config=config, panels=panels, revisions=revisions,
                      milestones=milestones(revisions, config), findings=findings(heads, runs, config),
                      ablations=read_ablations(out), unfinished=unfinished_shards(out))
-
-
-def read_ablations(results_dir: Path) -> pd.DataFrame | None:
-    """Every ablation condition stored under DIR/ablations (the ablation stage's Parquet files)."""
-    paths = sorted((results_dir / ABLATIONS).glob("*.parquet"))
-    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True) if paths else None
 
 
 def unfinished_shards(results_dir: Path) -> list[str]:

@@ -1,0 +1,488 @@
+"""Group ablation: does the model need a circuit's heads, more than it needs as many other heads?
+
+A head is ablated at the input of its layer's output projection (its slice of the per-head
+outputs), at every position, by zeroing it (default) or by replacing it with its mean output over
+the whole probe (every example and position, measured in the clean pass). Conditions:
+
+    clean     nothing ablated
+    circuit   the circuit's heads
+    random    matched-random heads, one row per seed: the same layers and count per layer as the
+              circuit, disjoint from it (where a layer holds too few other heads, the draw takes all
+              of them and the row's `shortfall` says how many are missing; it never draws fewer silently)
+    layers    every head of the circuit's layers (upper bound)
+    single    each circuit head alone
+
+Metrics per condition at the query (screen.CapabilityAccumulator): top-1, top-5, loss, mean logit of
+the answer. The deciding metric is top-1 when the clean top-1 is at least `MIN_TOP1` (there is room
+to fall), else the loss. damage = clean - ablated (top-1) or ablated - clean (loss); the differential
+is damage(circuit) - mean damage(random seeds), with a bootstrap interval that resamples examples and
+seeds; the verdict is "necessary" when the interval lies above 0, else "not shown".
+
+How it runs fast. One clean pass (full forward) gives the clean metrics, the per-head means and the
+residual stream entering the first layer with ablated heads. Every other condition replays only the
+layers from there on, and several conditions share one forward: the micro-batch is stacked `stack`
+times along the batch and each block gets its own head mask. `strategy="naive"` runs one full pass
+per condition (the reference for tests and benchmarks/ablation_batching.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from headtrace import __version__
+from headtrace.errors import HeadtraceError
+from headtrace.models import HeadLayout, LayerInput, ModelAdapter, head_id
+from headtrace.probes import Probe
+from headtrace.screen import CapabilityAccumulator, ScreenConfig, head_output_hooks, micro_batches
+
+Head = tuple[int, int]  # (layer, head)
+Progress = Callable[[int, int], None]
+
+CIRCUITS = {"induction": "induction_circuit", "previous-token": "previous_circuit", "sink": "sink"}
+MODES = ("zero", "mean")
+CONDITIONS = ("clean", "circuit", "random", "layers", "single")
+METRICS = CapabilityAccumulator.METRICS
+MIN_TOP1 = 0.1  # below this clean top-1, top-1 cannot fall far enough to decide: the loss decides
+_HEAD = re.compile(r"^L(\d+)H(\d+)$")
+
+
+@dataclass(frozen=True)
+class AblationConfig:
+    """What an ablation does; `config_hash` (with the screen's) covers every field that changes results."""
+
+    circuit: str = "induction"  # induction | previous-token | sink | a head list "L2H11,L4H12"
+    seeds: int = 20  # matched-random draws
+    mode: str = "zero"  # zero | mean
+    seed: int = 0  # base seed of the random draws and the bootstrap
+    n_bootstrap: int = 2000
+    singles: bool = True  # also ablate each circuit head alone
+    stack: int = 8  # conditions per forward (memory, not results)
+    cache_mb: int = 2048  # keep the clean pass's residual stream when it fits (speed, not results)
+
+    _NOT_HASHED = ("stack", "cache_mb")
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise HeadtraceError(f"unknown ablation mode '{self.mode}'; use zero or mean")
+        if self.seeds < 1:
+            raise HeadtraceError(f"seeds must be >= 1 (got {self.seeds})")
+        if self.n_bootstrap < 1:
+            raise HeadtraceError(f"n-bootstrap must be >= 1 (got {self.n_bootstrap})")
+        if self.stack < 1:
+            raise HeadtraceError(f"stack must be >= 1 (got {self.stack})")
+        if not self.circuit.strip():
+            raise HeadtraceError("the circuit is empty: give induction, previous-token, sink or heads like L2H11,L4H12")
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in self._NOT_HASHED}
+
+    def config_hash(self, screen: ScreenConfig) -> str:
+        payload = json.dumps({"ablation": self.to_dict(), "screen": screen.config_hash}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Condition:
+    kind: str  # one of CONDITIONS
+    heads: tuple[Head, ...]
+    seed: int = -1
+    shortfall: int = 0
+
+    @property
+    def label(self) -> str:
+        return heads_text(self.heads)
+
+
+@dataclass
+class AblationResult:
+    """One row per condition (the stored table), and how long the run took."""
+
+    table: pd.DataFrame
+    wall_s: float = 0.0
+    circuit_source: str = ""  # given | stored screen | screened
+    stats: np.ndarray | None = field(default=None, repr=False)  # [conditions, examples, 4]
+
+    @property
+    def verdict(self) -> str:
+        return str(self.table.verdict.iloc[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Circuits.
+
+
+def heads_text(heads) -> str:
+    return ",".join(head_id(l, h) for l, h in sorted(heads))
+
+
+def parse_heads(text: str, layout: HeadLayout, model: str = "the model") -> tuple[Head, ...]:
+    """'L2H11,L4H12' -> ((2, 11), (4, 12)); every head must exist in `layout`."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise HeadtraceError("the circuit is empty: give induction, previous-token, sink or heads like L2H11,L4H12")
+    heads = set()
+    valid = (f"valid heads are L0H0..L{layout.n_layers - 1}H{layout.n_heads - 1} "
+             f"({layout.n_layers} layers x {layout.n_heads} heads)")
+    for name in names:
+        match = _HEAD.match(name)
+        if not match:
+            raise HeadtraceError(f"bad head '{name}' in circuit '{text}': write heads as L<layer>H<head> "
+                                 f"(e.g. L2H11,L4H12) or use one of {', '.join(CIRCUITS)}")
+        layer, head = int(match[1]), int(match[2])
+        if layer >= layout.n_layers or head >= layout.n_heads:
+            raise HeadtraceError(f"head {name} does not exist in {model}: {valid}")
+        heads.add((layer, head))
+    return tuple(sorted(heads))
+
+
+def circuit_from_screen(heads: pd.DataFrame, circuit: str) -> tuple[Head, ...]:
+    """The all-head set a screen's table names (induction_circuit, previous_circuit or sink)."""
+    chosen = heads.loc[heads[CIRCUITS[circuit]].astype(bool)]
+    return tuple(sorted((int(l), int(h)) for l, h in zip(chosen["layer"], chosen["head"])))
+
+
+def stored_screen(out: str | Path | None, model: str, revision: str | None, screen: ScreenConfig) -> pd.DataFrame | None:
+    """The heads table stored under `out` for (model, revision) with this screen config, else None."""
+    from headtrace.store import HEADS, RUNS, shard_name
+
+    if out is None:
+        return None
+    name = shard_name(model, revision or "")
+    heads, run = Path(out) / HEADS / name, Path(out) / RUNS / name
+    if not (heads.is_file() and run.is_file()):
+        return None
+    if str(pd.read_parquet(run, columns=["config_hash"]).config_hash.iloc[0]) != screen.config_hash:
+        return None
+    return pd.read_parquet(heads)
+
+
+# --------------------------------------------------------------------------------------------
+# Conditions.
+
+
+def matched_random(circuit: tuple[Head, ...], n_heads: int, rng: np.random.Generator) -> tuple[tuple[Head, ...], int]:
+    """Heads in the circuit's layers, as many per layer, disjoint from it; and the shortfall (heads
+    that could not be drawn because a layer holds too few others)."""
+    chosen, shortfall = [], 0
+    for layer in sorted({l for l, _ in circuit}):
+        count = sum(1 for l, _ in circuit if l == layer)
+        others = [h for h in range(n_heads) if (layer, h) not in circuit]
+        take = min(count, len(others))
+        shortfall += count - take
+        chosen += [(layer, int(h)) for h in rng.choice(others, size=take, replace=False)] if take else []
+    return tuple(sorted(chosen)), shortfall
+
+
+def conditions_for(circuit: tuple[Head, ...], layout: HeadLayout, config: AblationConfig) -> list[Condition]:
+    """clean, circuit, random (one per seed), layers, single (one per circuit head): in that order."""
+    if not circuit:
+        raise HeadtraceError("the circuit is empty: nothing to ablate")
+    conditions = [Condition("clean", ()), Condition("circuit", circuit)]
+    for s in range(config.seeds):
+        heads, shortfall = matched_random(circuit, layout.n_heads, np.random.default_rng([config.seed, 0, s]))
+        conditions.append(Condition("random", heads, seed=s, shortfall=shortfall))
+    layers = sorted({l for l, _ in circuit})
+    conditions.append(Condition("layers", tuple((l, h) for l in layers for h in range(layout.n_heads))))
+    if config.singles:
+        conditions += [Condition("single", (head,)) for head in circuit]
+    return conditions
+
+
+# --------------------------------------------------------------------------------------------
+# Running conditions.
+
+
+class _Masks:
+    """Which heads the next forward keeps, per layer: [blocks, heads] bool, or None (keep all)."""
+
+    def __init__(self, layout: HeadLayout, device: torch.device):
+        self.layout, self.device = layout, device
+        self.keep: list[torch.Tensor | None] = [None] * layout.n_layers
+        self.fill: list[torch.Tensor] | None = None  # per-layer [heads, dim] means (mean mode)
+
+    def set(self, conditions: list[Condition]) -> None:
+        keep = torch.ones(len(conditions), self.layout.n_layers, self.layout.n_heads, dtype=torch.bool)
+        for block, condition in enumerate(conditions):
+            for l, h in condition.heads:
+                keep[block, l, h] = False
+        self.keep = [None if bool(keep[:, l].all()) else keep[:, l].to(self.device) for l in range(self.layout.n_layers)]
+
+    def clear(self) -> None:
+        self.keep = [None] * self.layout.n_layers
+
+    def __call__(self, layer: int, x: torch.Tensor) -> torch.Tensor | None:
+        keep = self.keep[layer]
+        if keep is None:
+            return None
+        blocks = x.view(keep.shape[0], -1, *x.shape[1:])  # [blocks, b, L, heads, dim]
+        fill = self.fill[layer].to(x.dtype) if self.fill is not None else x.new_zeros(())
+        return torch.where(keep[:, None, None, :, None], blocks, fill).view_as(x)
+
+
+def run_conditions(
+    adapter: ModelAdapter,
+    probe: Probe,
+    conditions: list[Condition],
+    mode: str = "zero",
+    batch_size: int = 16,
+    stack: int = 8,
+    cache_mb: int = 2048,
+    strategy: str = "replay",
+    progress: Progress | None = None,
+) -> np.ndarray:
+    """Per-example metrics [conditions, examples, 4] (columns METRICS); conditions[0] must be clean.
+
+    strategy "replay": one clean pass, then the later layers replayed with `stack` conditions per
+    forward; "naive": one full forward per condition and micro-batch."""
+    if not conditions or conditions[0].heads:
+        raise ValueError("the first condition must be the clean one (no heads)")
+    if strategy not in ("replay", "naive"):
+        raise ValueError(f"unknown strategy {strategy!r}")
+    layout, device = adapter.layout, adapter.device
+    batches = micro_batches(probe.n, batch_size)
+    stats = np.zeros((len(conditions), probe.n, len(METRICS)))
+    masks = _Masks(layout, device)
+    ablated = list(range(1, len(conditions)))  # an empty set here still runs (a check of the machinery)
+    first = min((l for c in conditions for l, _ in c.heads), default=layout.n_layers - 1)
+    total = probe.n * len(conditions)
+    width = adapter.model.config.hidden_size if hasattr(adapter.model.config, "hidden_size") else 0
+    element = torch.finfo(adapter.dtype).bits // 8
+    cache = strategy == "replay" and probe.n * probe.seq_len * width * element <= cache_mb * 2**20
+    cached: list[LayerInput] = []
+
+    def inputs(rows: slice) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids = torch.as_tensor(probe.input_ids[rows], device=device)
+        query = torch.as_tensor(probe.query[rows], device=device)
+        answer = torch.as_tensor(probe.answer[rows], device=device)
+        return ids, query, answer
+
+    with torch.inference_mode(), head_output_hooks(adapter, masks):
+        # The clean pass: clean metrics, per-head means, the residual stream entering `first`.
+        sums = [torch.zeros(layout.n_heads, layout.head_dim, dtype=torch.float64, device=device)
+                for _ in range(layout.n_layers)]
+        positions = 0
+
+        def accumulate(layer: int, x: torch.Tensor) -> None:
+            sums[layer] += x.sum(dim=(0, 1), dtype=torch.float64)
+
+        with head_output_hooks(adapter, accumulate) if mode == "mean" else _nothing():
+            for rows in batches:
+                ids, query, answer = inputs(rows)
+                if cache and ablated:
+                    with adapter.recording_layer_input(first) as captured:
+                        hidden = adapter.hidden_states(ids)
+                    cached.append(captured[0])
+                else:
+                    hidden = adapter.hidden_states(ids)
+                stats[0, rows] = CapabilityAccumulator.per_example(adapter.logits_at(hidden, query), answer).cpu().numpy()
+                positions += ids.numel()
+                if progress:
+                    progress(rows.stop - rows.start, total)
+        if mode == "mean":
+            masks.fill = [s / positions for s in sums]
+
+        # The ablated conditions.
+        group = 1 if strategy == "naive" else stack
+        chunks = [ablated[i:i + group] for i in range(0, len(ablated), group)]
+        for index, rows in enumerate(batches):
+            ids, query, answer = inputs(rows)
+            b = rows.stop - rows.start
+            start = None
+            if strategy == "replay" and chunks:
+                start = cached[index] if cache else adapter.layer_input(ids, first)
+            for chunk in chunks:
+                c = len(chunk)
+                masks.set([conditions[i] for i in chunk])
+                try:
+                    hidden = adapter.hidden_states(ids) if start is None else adapter.replay(start, first, repeat=c)
+                finally:
+                    masks.clear()
+                logits = adapter.logits_at(hidden, query.repeat(c))
+                block_stats = CapabilityAccumulator.per_example(logits, answer.repeat(c)).view(c, b, -1)
+                stats[chunk, rows] = block_stats.cpu().numpy()
+                if progress:
+                    progress(c * b, total)
+    return stats
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Summaries.
+
+
+def decided_by(clean_top1: float) -> str:
+    """top1 when the clean top-1 leaves room to fall (>= MIN_TOP1), else loss."""
+    return "top1" if clean_top1 >= MIN_TOP1 else "loss"
+
+
+def differential(
+    circuit: np.ndarray, random: np.ndarray, metric: str, n_bootstrap: int, rng: np.random.Generator
+) -> tuple[float, float, float]:
+    """damage(circuit) - mean damage(random) for one metric, and its 95% bootstrap interval.
+
+    circuit: [examples]; random: [seeds, examples] (per-example values of the metric). The clean
+    values cancel in the difference of damages. Each bootstrap draw resamples examples (the same
+    ones for circuit and random) and seeds, with replacement."""
+    sign = -1.0 if metric == "loss" else 1.0  # damage: a fall in top-1/top-5/logit, a rise in loss
+    n, s = circuit.shape[0], random.shape[0]
+    point = sign * (random.mean() - circuit.mean())
+    draws = []
+    for start in range(0, n_bootstrap, 256):
+        k = min(256, n_bootstrap - start)
+        w_examples = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(k)]) / n  # [k, n]
+        w_seeds = np.stack([np.bincount(rng.integers(0, s, s), minlength=s) for _ in range(k)]) / s  # [k, s]
+        random_mean = ((w_seeds @ random) * w_examples).sum(axis=1)
+        draws.append(sign * (random_mean - w_examples @ circuit))
+    low, high = np.percentile(np.concatenate(draws), [2.5, 97.5])
+    return float(point), float(low), float(high)
+
+
+def ablate(
+    adapter: ModelAdapter,
+    probe: Probe,
+    circuit: tuple[Head, ...],
+    config: AblationConfig = AblationConfig(),
+    screen_config: ScreenConfig = ScreenConfig(),
+    model_name: str = "",
+    revision: str | None = None,
+    tokens: float | None = None,
+    strategy: str = "replay",
+    progress: Progress | None = None,
+) -> AblationResult:
+    """Ablate `circuit` and its controls on `probe`; one row per condition."""
+    config.validate()
+    probe.check_vocab(adapter.vocab_size)
+    started = time.perf_counter()
+    conditions = conditions_for(circuit, adapter.layout, config)
+    stats = run_conditions(adapter, probe, conditions, config.mode, screen_config.batch_size, config.stack,
+                           config.cache_mb, strategy, progress)
+    means = stats.mean(axis=1)  # [conditions, 4]
+    metric = decided_by(means[0, 0])
+    column = METRICS.index(metric)
+    kinds = np.array([c.kind for c in conditions])
+    circuit_values = stats[kinds == "circuit", :, column][0]
+    random_values = stats[kinds == "random", :, column]
+    point, low, high = differential(circuit_values, random_values, metric, config.n_bootstrap,
+                                    np.random.default_rng([config.seed, 1]))
+    table = pd.DataFrame({
+        "condition": kinds.astype(object),
+        "seed": np.array([c.seed for c in conditions], dtype=np.int64),
+        "heads": [c.label for c in conditions],
+        "n_ablated": np.array([len(c.heads) for c in conditions], dtype=np.int64),
+        "shortfall": np.array([c.shortfall for c in conditions], dtype=np.int64),
+        **{name: means[:, i] for i, name in enumerate(METRICS)},
+    })
+    table = table.assign(
+        model=model_name, revision=revision or "", tokens=np.float64(np.nan if tokens is None else tokens),
+        circuit=config.circuit, circuit_heads=heads_text(circuit), mode=config.mode,
+        verdict="necessary" if low > 0 else "not shown", decided_by=metric, differential=point,
+        differential_low=low, differential_high=high, probe=probe.description.get("kind", "custom"),
+        n_examples=probe.n, seq_len=probe.seq_len, n_seeds=config.seeds, n_bootstrap=config.n_bootstrap,
+        screen_config_hash=screen_config.config_hash, config_hash=config.config_hash(screen_config),
+        config_json=json.dumps(config.to_dict(), sort_keys=True), headtrace_version=__version__,
+    )
+    return AblationResult(table=table, wall_s=time.perf_counter() - started, stats=stats)
+
+
+# --------------------------------------------------------------------------------------------
+# One checkpoint, end to end: what `headtrace ablate` and a panel call.
+
+
+def resolve_circuit(
+    config: AblationConfig,
+    adapter: ModelAdapter,
+    probe: Probe,
+    screen_config: ScreenConfig,
+    model_name: str,
+    revision: str | None = None,
+    tokens: float | None = None,
+    out: str | Path | None = None,
+    progress: Progress | None = None,
+) -> tuple[tuple[Head, ...], str]:
+    """The circuit's heads and where they came from: a given list, a stored screen under `out`
+    (same model, revision and screen config), or a screen run now (stored under `out` if given)."""
+    from headtrace.screen import screen
+    from headtrace.store import write_shard
+
+    name = config.circuit.strip()
+    label = f"{model_name}" + (f"@{revision}" if revision else "")
+    if name not in CIRCUITS:
+        return parse_heads(name, adapter.layout, label or "the model"), "given"
+    heads = stored_screen(out, model_name, revision, screen_config)
+    source = "stored screen"
+    if heads is None:
+        result = screen(adapter, probe, screen_config, model_name=model_name, revision=revision, tokens=tokens,
+                        progress=progress)
+        heads, source = result.heads, "screened"
+        if out is not None:
+            write_shard(out, result.heads, result.run)
+    circuit = circuit_from_screen(heads, name)
+    if not circuit:
+        raise HeadtraceError(f"the {name} circuit of {label} is empty (no head passes its screen threshold): nothing "
+                             "to ablate; name heads instead, e.g. --circuit L2H11,L4H12")
+    return circuit, source
+
+
+def ablate_checkpoint(
+    model: str,
+    revision: str | None = None,
+    screen_config: ScreenConfig = ScreenConfig(),
+    config: AblationConfig = AblationConfig(),
+    out: str | Path | None = None,
+    tokens: float | None = None,
+    screen_progress: Progress | None = None,
+    progress: Progress | None = None,
+    adapter: ModelAdapter | None = None,
+    probe: Probe | None = None,
+) -> AblationResult:
+    """Load MODEL at `revision` (unless `adapter` is given), build the probe (unless given), find the
+    circuit, ablate, optionally write DIR/ablations/<model>@<revision>.parquet.
+
+    >>> ablate_checkpoint("EleutherAI/pythia-160m", "step3000").table  # doctest: +SKIP
+    """
+    from headtrace.models import load_model, load_tokenizer
+    from headtrace.screen import build_probe
+    from headtrace.store import write_ablation
+
+    config.validate()
+    screen_config.validate()
+    adapter = adapter or load_model(model, revision=revision, dtype=screen_config.dtype, device=screen_config.device)
+    probe = probe or build_probe(screen_config, lambda: load_tokenizer(model, revision))
+    circuit, source = resolve_circuit(config, adapter, probe, screen_config, model, revision, tokens, out,
+                                      screen_progress)
+    result = ablate(adapter, probe, circuit, config, screen_config, model, revision, tokens, progress=progress)
+    result.circuit_source = source
+    if out is not None:
+        write_ablation(out, result.table)
+    return result
+
+
+def ablation_done(out: str | Path, model: str, revision: str | None, config: AblationConfig,
+                  screen: ScreenConfig) -> bool:
+    """Whether `out` already holds this (model, revision)'s ablation with this config (resume)."""
+    from headtrace.store import ablation_path
+
+    path = ablation_path(out, model, revision)
+    try:
+        stored = pd.read_parquet(path, columns=["config_hash"])
+    except Exception:  # absent, unreadable or from another schema: compute it again
+        return False
+    return len(stored) > 0 and str(stored.config_hash.iloc[0]) == config.config_hash(screen)

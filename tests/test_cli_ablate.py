@@ -1,0 +1,32 @@
+"""`headtrace ablate` end to end in a subprocess: table, differential line, shortfall, Parquet, one-line errors."""
+
+import pandas as pd
+import pytest
+
+from test_cli_screen import checkpoint, headtrace  # noqa: F401 (fixture)
+
+
+def test_ablate_prints_table_verdict_and_shortfall_and_writes_parquet(checkpoint, tmp_path):  # noqa: F811
+    out = tmp_path / "results"
+    proc = headtrace("ablate", checkpoint, "--circuit", "L1H0,L1H1,L1H2", "-n", 16, "--seq-len", 64, "--seeds", 3,
+                     "--n-bootstrap", 100, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    shown, said = " ".join(proc.stdout.split()), " ".join(proc.stderr.split())  # rich wraps at 80 columns
+    for text in ("condition", "(mean)", "(min-max)", "layers", "single", "differential (loss", "-> not shown"):
+        assert text in shown
+    assert "shortfall" in said and "2 head(s) fewer" in said
+    table = pd.read_parquet(out / "ablations")
+    assert list(table.condition) == ["clean", "circuit"] + ["random"] * 3 + ["layers"] + ["single"] * 3
+    assert set(table.shortfall[table.condition == "random"]) == {2}
+
+
+@pytest.mark.parametrize("circuit, message", [
+    ("L2H0", "head L2H0 does not exist in {ckpt}: valid heads are L0H0..L1H3 (2 layers x 4 heads)"),
+    ("L1H0;L1H2", "bad head 'L1H0;L1H2'"),
+    ("sink", "the sink circuit of {ckpt} is empty"),
+])
+def test_bad_circuits_are_one_line_exit_2(checkpoint, circuit, message):  # noqa: F811
+    proc = headtrace("ablate", checkpoint, "--circuit", circuit, "-n", 8, "--seq-len", 64, "--seeds", 2)
+    assert proc.returncode == 2
+    assert message.format(ckpt=checkpoint) in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
