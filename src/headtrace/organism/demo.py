@@ -37,8 +37,10 @@ def demo_screen(corpus: CorpusConfig, n_examples: int = 256) -> ScreenConfig:
                         id_high=corpus.vocab_size, prepend_bos=True, batch_size=64)
 
 
-def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str]) -> str:
-    """A panel file screening every checkpoint of each organism (model name -> path, relative)."""
+def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str], ablation_seeds: int = 0) -> str:
+    """A panel file screening every checkpoint of each organism (model name -> path, relative);
+    with `ablation_seeds`, the final checkpoint's induction circuit is ablated against that many
+    matched-random head sets."""
     defaults = ScreenConfig()
     lines = [f'name = "{name}"', "", "[screen]"]
     for key, value in screen.to_dict().items():
@@ -47,6 +49,8 @@ def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str]) -> str:
     for model, path in models.items():
         lines += ["", "[[models]]", f'id = "{model}"', 'source = "organism"', f'path = "{path}"',
                   'revisions = "all"']
+    if ablation_seeds:
+        lines += ["", "[ablation]", 'circuit = "induction"', f"seeds = {ablation_seeds}", 'revisions = "final"']
     return "\n".join(lines) + "\n"
 
 
