@@ -28,9 +28,9 @@ class CorpusConfig:
     vocab_size: int = 256
     seq_len: int = 64  # including the BOS at position 0 (induction forms ~quadratically slower with length)
     zipf_exponent: float = 0.5
-    span_min: int = 12  # copied span length, inclusive range: dense copying makes induction pay early
+    span_min: int = 8  # copied span length, inclusive range: dense copying makes induction pay early
     span_max: int = 30
-    spans_per_sequence: int = 2
+    spans_per_sequence: int = 3
     seed: int = 0
 
     @property

@@ -22,7 +22,7 @@ class Recipe:
     """A model's shape; vocabulary and context come from the corpus."""
 
     arch: str = "dense"
-    n_layers: int = 2
+    n_layers: int = 3
     n_heads: int = 4
     d_model: int = 128  # head dim 32: narrower heads cannot match and copy a 256-token vocabulary
     d_mlp: int = 256
