@@ -136,8 +136,10 @@ def _train_with_progress(organism, out: Path, label: str):
             result = train(out, organism, on_step=on_step)
         except KeyboardInterrupt:
             bar.stop()
+            import json
+
             listed = out / "revisions.json"
-            kept = len(__import__("json").loads(listed.read_text())) if listed.is_file() else 0
+            kept = len(json.loads(listed.read_text())) if listed.is_file() else 0
             console.print(f"interrupted: {kept} finished checkpoints in {out}/ are usable (listed in "
                           "revisions.json); train again with the same settings to start over")
             raise typer.Exit(130) from None
