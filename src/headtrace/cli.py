@@ -122,8 +122,14 @@ def screen(
 
 def _train_with_progress(organism, out: Path, label: str):
     """Train one organism with a progress bar; Ctrl-C keeps the finished checkpoints and says so."""
+    import json
+
+    import torch
+
     from headtrace.organism import train
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a model this small trains fastest on one thread, most of all on a busy machine
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:
@@ -136,13 +142,13 @@ def _train_with_progress(organism, out: Path, label: str):
             result = train(out, organism, on_step=on_step)
         except KeyboardInterrupt:
             bar.stop()
-            import json
-
             listed = out / "revisions.json"
             kept = len(json.loads(listed.read_text())) if listed.is_file() else 0
             console.print(f"interrupted: {kept} finished checkpoints in {out}/ are usable (listed in "
                           "revisions.json); train again with the same settings to start over")
             raise typer.Exit(130) from None
+        finally:
+            torch.set_num_threads(threads)
     if result.reused:
         console.print(f"{out}/ already holds this organism ({len(result.checkpoints)} checkpoints): reused")
     else:
