@@ -210,8 +210,15 @@ def test_default_recipe_forms_an_induction_head_and_sinks(tmp_path):
     from headtrace.organism.demo import demo_organisms
     from headtrace.screen import build_probe, screen
 
+    import torch
+
     organism = demo_organisms()["organism-dense"]
-    result = train(tmp_path / "dense", organism)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as `headtrace demo` trains: the same bits as the demo's organism
+    try:
+        result = train(tmp_path / "dense", organism)
+    finally:
+        torch.set_num_threads(threads)
     config = demo_screen(organism.corpus)
 
     def screened(entry):
