@@ -1,5 +1,6 @@
 """The model organism: its corpus, a deterministic trainer whose checkpoints a panel screens end to
-end, Ctrl-C safety, the train-organism CLI, and (slow) that the default recipe forms an induction head."""
+end, Ctrl-C safety, the train-organism CLI, and (slow) the demo: the default recipe forms an induction
+circuit that ablation confirms."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from headtrace.organism import BOS_ID, CorpusConfig, Organism, TrainConfig, chec
 from headtrace.organism.corpus import batch, copy_spans, token_probabilities
 from headtrace.organism.demo import demo_screen, panel_toml
 from headtrace.panel import load_panel, run_panel
-from headtrace.store import read_results
+from headtrace.store import read_ablations, read_results
 
 TINY_CORPUS = CorpusConfig(vocab_size=64, seq_len=64, span_min=4, span_max=12, spans_per_sequence=2)
 
@@ -206,26 +207,22 @@ def test_train_organism_bad_input_is_one_line_exit_2(args, message, tmp_path):
 
 
 @pytest.mark.slow
-def test_default_recipe_forms_an_induction_head_and_sinks(tmp_path):
-    from headtrace.organism.demo import demo_organisms
-    from headtrace.screen import build_probe, screen
-
-    import torch
-
-    organism = demo_organisms()["organism-dense"]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as `headtrace demo` trains: the same bits as the demo's organism
-    try:
-        result = train(tmp_path / "dense", organism)
-    finally:
-        torch.set_num_threads(threads)
-    config = demo_screen(organism.corpus)
-
-    def screened(entry):
-        path = str(tmp_path / "dense" / entry["revision"])
-        return screen(load_model(path), build_probe(config, lambda: load_tokenizer(path)), config)
-
-    first, final = screened(result.checkpoints[0]), screened(result.checkpoints[-1])
-    assert final.heads.sel_induction.max() >= 50 and final.heads.induction_circuit.any()
-    assert final.run.top1.item() > first.run.top1.item() + 0.3  # capability jumps with the circuit
-    assert not first.heads.sink.any() and final.heads.sink.any()  # sinks emerge over training
+def test_the_demo_forms_an_induction_circuit_that_ablation_confirms(tmp_path):
+    """`headtrace demo` as `make demo` runs it: train the default organism, screen every checkpoint,
+    ablate the final circuit, compute the findings and write the report."""
+    proc = subprocess.run([sys.executable, "-m", "headtrace", "demo", "--out", str(tmp_path)], capture_output=True,
+                          text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = tmp_path / "results"
+    assert "Open the report" in proc.stderr and (results / "report" / "index.html").is_file()
+    assert (results / "findings.md").is_file()
+    heads, runs = read_results(results)
+    first, final = (heads[heads.revision == runs.revision.iloc[i]] for i in (0, -1))
+    assert final.sel_induction.max() >= 50 and final.induction_circuit.any()
+    assert runs.top1.iloc[-1] > runs.top1.iloc[0] + 0.3  # capability jumps with the circuit
+    assert not first.sink.any() and final.sink.any()  # sinks emerge over training
+    ablation = read_ablations(results).set_index("condition")
+    assert ablation.revision.iloc[0] == runs.revision.iloc[-1]
+    assert ablation.loc["circuit", "heads"] == ",".join(final.loc[final.induction_circuit, "head_id"])
+    assert ablation.loc["circuit", "top1"] < ablation.loc["random", "top1"].mean() - 0.3
+    assert ablation.verdict.iloc[0] == "necessary"
