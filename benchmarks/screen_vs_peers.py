@@ -174,10 +174,10 @@ def run_reference(model, probe, args) -> dict:
             q = query[start:stop].to(device)
             b = torch.arange(stop - start, device=device)
             att = torch.stack(out.attentions, dim=1)  # [b, layers, heads, L, L]
-            rows.append(att[b, :, :, q].float().cpu())  # the query rows of all layers, kept
+            rows.append(att[b, :, :, q].float().cpu().clone())  # the query rows of all layers, kept
             upto = (torch.arange(probe.seq_len, device=device)[None, :] <= q[:, None]).float()
             sinks.append((torch.einsum("blhq,bq->blh", att[..., 0].float(), upto) / upto.sum(1)[:, None, None]).cpu())
-            logits_q.append(out.logits[b, q].float().cpu())
+            logits_q.append(out.logits[b, q].float().cpu().clone())
         model.config._attn_implementation = "sdpa"
         captured: list[list[torch.Tensor]] = [[] for _ in adapter.out_proj]
         hooks = [proj.register_forward_pre_hook(lambda m, a, l=l: captured[l].append(a[0]))
@@ -224,10 +224,10 @@ def run_transformerlens(bridge, probe, args) -> dict:
             q = int(probe.query[i])
             logits, cache = bridge.run_with_cache(torch.as_tensor(probe.input_ids[i : i + 1], device=args.device))
             patterns = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][0] for l in range(n_layers)])  # [layers, h, L, L]
-            rows.append(patterns[:, :, q].float().cpu())
+            rows.append(patterns[:, :, q].float().cpu().clone())  # clone: a view would keep the whole cache alive
             sinks.append(patterns[:, :, : q + 1, 0].float().mean(-1).cpu())
             at_query.append(torch.stack([cache[f"blocks.{l}.attn.hook_z"][0, q] for l in range(n_layers)]).float().cpu())
-            logits_q.append(logits[0, q].float().cpu())
+            logits_q.append(logits[0, q].float().cpu().clone())
     top1, loss = capability(torch.stack(logits_q), torch.as_tensor(probe.answer))
     return outputs_from_rows(probe, torch.stack(rows).numpy(), torch.stack(sinks).numpy(),
                              torch.stack(at_query).numpy(), top1, loss)
