@@ -228,6 +228,87 @@ def _print_organism_trajectories(results_dir: Path) -> None:
         out_console.print(shown)
 
 
+def print_ablation(result) -> None:
+    """The conditions' metrics (matched-random seeds as mean and range), the differential and the verdict."""
+    table = result.table
+    first = table.iloc[0]
+    shown = Table(title=f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})")
+    for column in ("condition", "heads", "top-1", "top-5", "loss", "logit"):
+        shown.add_column(column, justify="left" if column in ("condition", "heads") else "right")
+    metrics = ("top1", "top5", "loss", "mean_logit_answer")
+
+    def add(label: str, heads: str, values) -> None:
+        shown.add_row(label, heads, *values)
+
+    for row in table.itertuples():
+        if row.condition == "random":
+            continue
+        add(row.condition, row.heads or "-", [f"{getattr(row, m):.3f}" for m in metrics])
+        if row.condition == "circuit":
+            random = table[table.condition == "random"]
+            heads = f"{len(random)} seeds, {int(random.n_ablated.iloc[0])} heads each"
+            add("random (mean)", heads, [f"{random[m].mean():.3f}" for m in metrics])
+            add("random (min-max)", "", [f"{random[m].min():.3f}-{random[m].max():.3f}" for m in metrics])
+    out_console.print(shown)
+    shortfall = int(table.shortfall.max())
+    if shortfall:
+        console.print(f"[bold yellow]shortfall:[/] the circuit's layers hold too few other heads: each matched-random "
+                      f"set has {shortfall} head(s) fewer than the circuit (column shortfall), which favours "
+                      "'necessary'", highlight=False)
+    style = "green" if first.verdict == "necessary" else "yellow"
+    out_console.print(
+        f"differential ({first.decided_by}; damage(circuit) - damage(random)): {first.differential:+.4f} "
+        f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and seeds) "
+        f"-> [{style}]{first.verdict}[/]   (circuit: {first.circuit_heads}, from {result.circuit_source}; "
+        f"{int(first.n_examples)} examples, {result.wall_s:.1f} s)", highlight=False)
+
+
+@app.command()
+def ablate(
+    model: str = typer.Argument(..., help="Hub id, local directory, or .gguf file."),
+    circuit: str = typer.Option(..., help="induction, previous-token, sink (the screen's all-head sets) or heads "
+                                "like L2H11,L4H12."),
+    revision: Optional[str] = typer.Option(None, help="Hub revision (branch, tag or commit)."),
+    seeds: int = typer.Option(20, help="Matched-random draws (same layers, same count per layer)."),
+    mode: str = typer.Option("zero", help="zero, or mean (the head's mean output over the probe)."),
+    seed: int = typer.Option(0, "--ablation-seed", help="Seed of the random draws and the bootstrap."),
+    n_bootstrap: int = typer.Option(2000, help="Bootstrap resamples for the differential's interval."),
+    singles: bool = typer.Option(True, help="Also ablate each circuit head alone."),
+    stack: int = typer.Option(8, help="Conditions per forward pass (memory, not results)."),
+    n_examples: int = typer.Option(2000, "--n-examples", "-n", help="Probe sequences."),
+    seq_len: int = typer.Option(256, help="Probe sequence length T."),
+    batch_size: int = typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results)."),
+    device: str = typer.Option("cpu", help="cpu, cuda or mps."),
+    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
+    probe_seed: int = typer.Option(42, "--seed", help="Probe seed."),
+    id_low: int = typer.Option(100, help="Lowest filler token id."),
+    id_high: int = typer.Option(10000, help="Filler ids are drawn below this."),
+    prepend_bos: bool = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS)."),
+    probe: str = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts)."),
+    texts: Optional[Path] = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl."),
+    out: Optional[Path] = typer.Option(None, help="Results directory: reads a stored screen from it and writes "
+                                       "ablations/<model>@<revision>.parquet."),
+) -> None:
+    """Ablate a circuit against matched-random heads: is the circuit necessary?"""
+    from headtrace.ablation import AblationConfig, ablate_checkpoint
+    from headtrace.screen import ScreenConfig
+
+    config = ScreenConfig(n_examples=n_examples, seq_len=seq_len, seed=probe_seed, id_low=id_low, id_high=id_high,
+                          prepend_bos=prepend_bos, probe=probe, texts=str(texts) if texts else None,
+                          dtype=dtype, device=device, batch_size=batch_size)
+    config.validate()
+    ablation = AblationConfig(circuit=circuit, seeds=seeds, mode=mode, seed=seed, n_bootstrap=n_bootstrap,
+                              singles=singles, stack=stack)
+    ablation.validate()
+    console.print(f"loading {model}" + (f" at {revision}" if revision else ""))
+    with progress_bars(f"screening {model}", "ablating") as (screening, ablating):
+        result = ablate_checkpoint(model, revision, config, ablation, out=out, screen_progress=screening,
+                                   progress=ablating)
+    print_ablation(result)
+    if out:
+        console.print(f"results written to {out}/ablations/")
+
+
 STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim"}
 
 
