@@ -194,9 +194,11 @@ class _ActiveScreen:
 _SCREENS: list[_ActiveScreen] = []
 
 
-# Read the attention channels from SDPA's log-sum-exp where the CPU flash kernel can return it;
-# tests switch this off to exercise the widened-values route that other devices take.
-READ_LOGSUMEXP = True
+# Read the attention channels from SDPA's log-sum-exp where the CPU flash kernel can return it (a
+# private torch op: without it, the widened-values route serves the CPU too); tests switch this off
+# to exercise the widened-values route that other devices take.
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+READ_LOGSUMEXP = _FLASH_CPU is not None
 
 
 def probe_attention(module, query, key, value, attention_mask, **kwargs):
@@ -229,7 +231,7 @@ def _attention_with_logsumexp(module, query, key, value, scaling: float, tap: _L
     groups = getattr(module, "num_key_value_groups", 1)
     if groups > 1:
         key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, True, scale=scaling)
+    out, lse = _FLASH_CPU(query, key, value, 0.0, True, scale=scaling)
     keys = key.float()
     q_row = query[batch.index, :, batch.query].float()  # [b, heads, d]
     row_scores = torch.matmul(keys, q_row[..., None])[..., 0]  # [b, heads, L]: the query row
