@@ -256,9 +256,8 @@ def run_ray(
             try:
                 result = ray.get(done[0])
             except ray.exceptions.RayError as exc:
-                first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 result = TaskResult(
-                    task, error=f"Ray task failed after {options.max_retries} retries: {first_line}"
+                    task, error=f"Ray task failed after {options.max_retries} retries: {_ray_cause(exc)}"
                 )
             reporter.finished(result)
             yield result
@@ -267,3 +266,12 @@ def run_ray(
             ray.cancel(ref)
         if started_here:
             ray.shutdown()
+
+
+def _ray_cause(exc: Exception) -> str:
+    """What went wrong inside a Ray task (its own exception when Ray carries one), in one line."""
+    cause = getattr(exc, "cause", None)
+    if cause is not None:
+        return f"{type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__

@@ -50,7 +50,7 @@ class Checkpoint:
     checkpoint_hash: str
     downloaded_bytes: int = 0
     fetch_s: float = 0.0
-    owned: tuple[str, ...] = ()  # cache files this fetch created: the only ones `release` deletes
+    owned: tuple[str, ...] = ()  # weight files this fetch created: the only ones `release` deletes
 
 
 class CheckpointSource(Protocol):
@@ -281,8 +281,11 @@ class HubSource:
             path, transferred = self._download(entry, revision, settings, advance)
             paths.append(path)
             if transferred is not None:
-                owned.append(path)
                 downloaded += transferred
+                # Only weights are released: config and tokenizer blobs are small and often shared
+                # by several revisions, which tasks running side by side (Ray) may be loading.
+                if entry.path in weights:
+                    owned.append(path)
             if entry.path in weights:
                 digests[entry.path] = entry.lfs.sha256 if entry.lfs else file_digest(path)
         return Checkpoint(
