@@ -13,10 +13,12 @@ that looks finished.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 
@@ -56,12 +58,19 @@ def write_shard(out_dir: str | Path, heads: pd.DataFrame, run: pd.DataFrame) -> 
     out = Path(out_dir)
     record = run.iloc[0]
     name = shard_name(str(record["model"]), str(record["revision"]))
-    try:
+    with writing_results(out):
         write_parquet_atomic(heads, out / HEADS / name)
         write_parquet_atomic(run, out / RUNS / name)
-    except OSError as exc:
-        raise HeadtraceError(f"cannot write results to '{out}': {exc.strerror or exc}; free space or pick --out") from None
     return out / RUNS / name
+
+
+@contextlib.contextmanager
+def writing_results(out_dir: str | Path) -> Iterator[None]:
+    """A failed write (disk full, read-only, permissions) becomes one actionable error."""
+    try:
+        yield
+    except OSError as exc:
+        raise HeadtraceError(f"cannot write results to '{out_dir}': {exc.strerror or exc}; free space or pick --out") from None
 
 
 def completed_shards(out_dir: str | Path) -> list[str]:
@@ -109,10 +118,8 @@ def ablation_path(out_dir: str | Path, model: str, revision: str | None) -> Path
 def write_ablation(out_dir: str | Path, table: pd.DataFrame) -> Path:
     """Write one (model, revision) ablation table atomically; returns its path."""
     path = ablation_path(out_dir, str(table["model"].iloc[0]), str(table["revision"].iloc[0]))
-    try:
+    with writing_results(out_dir):
         write_parquet_atomic(table, path)
-    except OSError as exc:
-        raise HeadtraceError(f"cannot write results to '{out_dir}': {exc.strerror or exc}; free space or pick --out") from None
     return path
 
 
