@@ -19,6 +19,7 @@ peak memory of (a) and (b) as n grows (--memory-sizes), each in a fresh process.
     python benchmarks/screen_vs_peers.py                          # Pythia-160M shape, n=256, CPU
     python benchmarks/screen_vs_peers.py --config pythia-1b --device cuda --dtype bfloat16
     python benchmarks/screen_vs_peers.py --n 32 --repeats 1 --memory-sizes 64 256 --memory-config small
+    python benchmarks/screen_vs_peers.py --n 16 --profile         # where each method's time goes
 
 TransformerLens comes with the `bench` extra (`pip install -e '.[bench]'`); --skip-tl leaves (c) out.
 """
@@ -50,6 +51,14 @@ CONFIGS = {
                   vocab_size=10240, rotary_pct=0.25, max_position_embeddings=2048),
 }
 DEFAULT_N = {"pythia-160m": 256, "pythia-1b": 2000, "small": 256}
+# --profile groups the self time of torch ops (name prefixes) to show where each method's time goes.
+OP_GROUPS = {
+    "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
+    "attention kernel": ("aten::_scaled_dot_product", "aten::scaled_dot_product"),
+    "softmax, exp": ("aten::_softmax", "aten::softmax", "aten::_safe_softmax", "aten::exp"),
+    "copies, indexing": ("aten::copy_", "aten::cat", "aten::stack", "aten::clone", "aten::contiguous", "aten::index",
+                         "aten::_to_copy", "aten::masked_fill", "aten::fill_", "aten::zero_", "aten::where"),
+}
 METHODS = {"a": "headtrace", "b": "reference", "c": "transformerlens", "d": "floor"}
 REFERENCE_BATCH = 4
 
@@ -257,6 +266,8 @@ def measure(method: str, args) -> dict:
         target = tl_bridge(model)
     run = {"a": run_headtrace, "b": run_reference, "c": run_transformerlens, "d": run_floor}[method]
     run(target, probe.subset(slice(0, min(2, probe.n))), args)  # warm-up (lazy init, kernel choice): untimed
+    if args.profile:
+        return profile_run(method, run, target, probe, args)
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
@@ -277,6 +288,36 @@ def measure(method: str, args) -> dict:
             "growth_mib": (peak - before) / 2**20}
 
 
+def profile_run(method: str, run, target, probe, args) -> dict:
+    """One run under torch.profiler: seconds of op self time per group of `OP_GROUPS`, the rest of
+    the ops, and the time outside any torch op (Python, hooks, caching)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        run(target, probe, args)
+        wall = time.perf_counter() - t0
+    ops = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()}
+    groups = dict.fromkeys([*OP_GROUPS, "other ops"], 0.0)
+    for name, seconds in ops.items():
+        group = next((g for g, prefixes in OP_GROUPS.items() if name.startswith(prefixes)), "other ops")
+        groups[group] += seconds
+    groups["outside torch ops"] = wall - sum(ops.values())
+    top = sorted(ops.items(), key=lambda kv: -kv[1])[:6]
+    return {"method": method, "n": args.n, "wall_s": wall, "groups": groups, "top_ops": top}
+
+
+def print_profiles(records: list[dict]) -> None:
+    groups = list(records[0]["groups"])
+    print(f"\nprofile (seconds; n={records[0]['n']}; wall under the profiler)")
+    print("| method | wall | " + " | ".join(groups) + " |\n|---|" + "---:|" * (len(groups) + 1))
+    for rec in records:
+        print(f"| ({rec['method']}) {METHODS[rec['method']]} | {rec['wall_s']:.2f} | "
+              + " | ".join(f"{rec['groups'][g]:.2f}" for g in groups) + " |")
+    for rec in records:
+        print(f"top ops of {METHODS[rec['method']]}: " + ", ".join(f"{name} {s:.2f} s" for name, s in rec["top_ops"]))
+
+
 def spawn(method: str, args, n: int | None = None, config: str | None = None, outputs: str | None = None) -> dict:
     """Run one measurement in a fresh Python process and return its record."""
     cmd = [sys.executable, __file__, "--one", method, "--config", config or args.config, "--n", str(n or args.n),
@@ -284,6 +325,8 @@ def spawn(method: str, args, n: int | None = None, config: str | None = None, ou
            "--batch-size", str(args.batch_size), "--threads", str(args.threads or 0)]
     if outputs:
         cmd += ["--outputs", outputs]
+    if args.profile:
+        cmd.append("--profile")
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if proc.returncode:
         sys.exit(f"method {method} failed:\n{proc.stderr[-4000:]}")
@@ -336,6 +379,8 @@ def main() -> None:
     parser.add_argument("--memory-config", choices=sorted(CONFIGS), default="small",
                         help="model of the memory sweep (default: small, so that n=2048 of the reference "
                         "fits in minutes on a CPU; pass --memory-config pythia-160m for the full shape)")
+    parser.add_argument("--profile", action="store_true", help="instead of timing rounds, run each method once "
+                        "under torch.profiler and print where its time goes")
     parser.add_argument("--json", help="also write every record here")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--outputs", help=argparse.SUPPRESS)
@@ -356,6 +401,9 @@ def main() -> None:
     print(f"model {args.config} (random init), n={args.n} x T={args.seq_len}, {args.device} {args.dtype}, "
           f"headtrace/floor batch {args.batch_size}, reference batch {REFERENCE_BATCH}, repeats {args.repeats}; "
           f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}", flush=True)
+    if args.profile:
+        print_profiles([spawn(m, args) for m in methods])
+        return
     records = []
     with tempfile.TemporaryDirectory() as workdir:
         check_outputs(args, methods, workdir, min(args.check_n, args.n))

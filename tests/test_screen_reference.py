@@ -96,3 +96,23 @@ def test_two_runs_are_bit_identical(probe):
     assert a.heads.equals(b.heads)
     metrics = ["top1", "top5", "loss", "mean_logit_answer", "config_hash"]
     assert a.run[metrics].equals(b.run[metrics])
+
+
+@pytest.mark.parametrize("arch", ["gpt_neox", "gpt2", "olmoe"])
+def test_last_layer_runs_at_the_query_only(arch, probe):
+    """Past its attention, the last layer's output projection and MLP see one row per example;
+    every other layer sees all rows (the results above stay equal to the reference)."""
+    adapter = ModelAdapter(tiny_model(arch))
+    rows: dict[str, set[int]] = {}
+
+    def record(name):
+        return lambda _module, args, _output: rows.setdefault(name, set()).add(args[0].shape[1])
+
+    modules = {"proj first": adapter.out_proj[0], "proj last": adapter.out_proj[-1],
+               "mlp first": adapter.mlp[0], "mlp last": adapter.mlp[-1]}
+    handles = [module.register_forward_hook(record(name)) for name, module in modules.items()]
+    screen(adapter, probe, ScreenConfig(batch_size=8))
+    for handle in handles:
+        handle.remove()
+    length = probe.seq_len
+    assert rows == {"proj first": {length}, "proj last": {1}, "mlp first": {length}, "mlp last": {1}}

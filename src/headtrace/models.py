@@ -28,6 +28,7 @@ class ArchitectureSpec:
     attention: str
     out_proj: str
     final_norm: str  # dotted path to the norm applied after the last layer (for replaying layers)
+    mlp: str = "mlp"  # the MLP (or mixture of experts) inside a layer
 
 
 _LLAMA_LIKE = ArchitectureSpec(layers="model.layers", attention="self_attn", out_proj="o_proj", final_norm="model.norm")
@@ -82,10 +83,11 @@ class ModelAdapter:
             self.final_norm = operator.attrgetter(spec.final_norm)(model)
             self.attention = [getattr(layer, spec.attention) for layer in layers]
             self.out_proj = [getattr(attn, spec.out_proj) for attn in self.attention]
+            self.mlp = [getattr(layer, spec.mlp) for layer in layers]
         except AttributeError as exc:
             raise HeadtraceError(
                 f"architecture '{self.model_type}' ({type(model).__name__}) lacks the expected module path "
-                f"{spec.layers}[i].{spec.attention}.{spec.out_proj} / {spec.final_norm} ({exc}); register a matching ArchitectureSpec"
+                f"{spec.layers}[i].{spec.attention}.{spec.out_proj} / {spec.layers}[i].{spec.mlp} / {spec.final_norm} ({exc}); register a matching ArchitectureSpec"
             ) from None
         self.layer_of_attention = {id(module): layer for layer, module in enumerate(self.attention)}
         self.layout = self._layout()

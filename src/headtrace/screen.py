@@ -10,7 +10,8 @@ the example's key weights for it, so that SDPA returns those attentions next to 
 at the cost of a few extra value dimensions. The screen keeps only per-head sums: the query row
 for the classes, every row of the first-token channel for Gu et al.'s sink score. A pre-hook on
 each output projection accumulates the Gram matrix of the per-head outputs at the query for the
-participation ratio, and logits are computed at the query position only. The loop over
+participation ratio; past its attention, the last layer runs at the query rows only, and logits
+are computed there alone. The loop over
 micro-batches moves nothing between host and device and never waits on the device.
 """
 
@@ -334,6 +335,25 @@ def head_output_hooks(
             handle.remove()
 
 
+@contextlib.contextmanager
+def last_layer_at_query_only(adapter: ModelAdapter, active: _ActiveScreen) -> Iterator[None]:
+    """Past its attention, the last layer matters at the query alone (head outputs for the PR, the
+    residual for the logits): its output projection and MLP get the query rows only, and the
+    layer's residual additions broadcast them back. The other rows of the last layer's output are
+    then wrong, and nothing reads them; a screen skips ~3/4 of the last layer's work this way."""
+
+    def query_rows(_module, args):
+        batch = active.batch
+        return (args[0][batch.index, batch.query][:, None], *args[1:])
+
+    handles = [module.register_forward_pre_hook(query_rows) for module in (adapter.out_proj[-1], adapter.mlp[-1])]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 # --------------------------------------------------------------------------------------------
 # Capability at the query.
 
@@ -415,7 +435,8 @@ def screen(
         def keep_query_outputs(layer: int, heads: torch.Tensor) -> None:
             grams[layer].add(heads[active.batch.index, active.batch.query])
 
-        with head_output_hooks(adapter, keep_query_outputs):
+        # Nested in this order, the Gram matrices see every row before the last layer is trimmed.
+        with head_output_hooks(adapter, keep_query_outputs), last_layer_at_query_only(adapter, active):
             _stream(adapter, _DeviceProbe(probe, device, acc_dtype), config.batch_size, active, capability,
                     acc_dtype, progress)
         active.batch = None
