@@ -11,8 +11,8 @@ at the cost of a few extra value dimensions. The screen keeps only per-head sums
 for the classes, every row of the first-token channel for Gu et al.'s sink score. A pre-hook on
 each output projection accumulates the Gram matrix of the per-head outputs at the query for the
 participation ratio; past its attention, the last layer runs at the query rows only, and logits
-are computed there alone. The loop over
-micro-batches moves nothing between host and device and never waits on the device.
+are computed there alone. The loop over micro-batches moves nothing between host and device and
+never waits on the device.
 """
 
 from __future__ import annotations
