@@ -23,7 +23,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -327,12 +327,8 @@ def head_output_hooks(
 
         return hook
 
-    handles = [proj.register_forward_pre_hook(make_hook(l)) for l, proj in enumerate(adapter.out_proj)]
-    try:
+    with forward_pre_hooks((proj, make_hook(l)) for l, proj in enumerate(adapter.out_proj)):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextlib.contextmanager
@@ -346,7 +342,14 @@ def last_layer_at_query_only(adapter: ModelAdapter, active: _ActiveScreen) -> It
         batch = active.batch
         return (args[0][batch.index, batch.query][:, None], *args[1:])
 
-    handles = [module.register_forward_pre_hook(query_rows) for module in (adapter.out_proj[-1], adapter.mlp[-1])]
+    with forward_pre_hooks((module, query_rows) for module in (adapter.out_proj[-1], adapter.mlp[-1])):
+        yield
+
+
+@contextlib.contextmanager
+def forward_pre_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable]]) -> Iterator[None]:
+    """Forward pre-hooks registered for the duration of the block."""
+    handles = [module.register_forward_pre_hook(hook) for module, hook in hooks]
     try:
         yield
     finally:
