@@ -40,7 +40,7 @@ def test_panel_ablates_the_final_revision_then_resumes_and_widens(cache, tmp_pat
     panel = ablation_panel(tmp_path, '"final"')
     run = run_panel(panel, out)
     final = shard_name(PYTHIA, "step4")
-    assert run.to_ablate == [final] and run.ablated == [final] and not run.ablation_failed
+    assert not run.failed and run.to_ablate == [final] and run.ablated == [final] and not run.ablation_failed
     table = read_ablations(out)
     assert set(table.revision) == {"step4"}
 

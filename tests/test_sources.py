@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from headtrace.errors import HeadtraceError
 from headtrace.panel import load_panel, run_panel
 from headtrace.revisions import parse_revision
+from headtrace import sources
 from headtrace.sources import HubSource, LocalSource, RetryPolicy
 from headtrace.store import read_results
 from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, FakeRepo, Fault
@@ -62,6 +64,32 @@ def test_hub_fetch_verifies_and_hashes_what_the_hub_serves(hub, cache):
     assert not list(cache.rglob("snapshots/*/model.safetensors"))
     assert not [p for p in cache.rglob("blobs/*") if p.stat().st_size > 100_000]
     assert sum(p.stat().st_size for p in cache.rglob("blobs/*")) < 100_000
+
+
+def test_a_release_never_deletes_the_blob_another_revision_just_linked(hub, cache, monkeypatch):
+    """step2 serves step1's files, so both link one blob. A release of step1 (after its screen) whose
+    scan for other links ran just before step2's prefetch linked the blob must not leave step2 without
+    its weights; the release's scan is held open here until step2's fetch returns (or 2 s)."""
+    source = HubSource(PYTHIA, retry=FAST)
+    one = fetch(source, "step1")
+    scanned, fetched = threading.Event(), threading.Event()
+    scan = sources._linked_elsewhere
+
+    def slow_scan(blob: Path) -> bool:
+        linked = scan(blob)
+        scanned.set()
+        fetched.wait(timeout=2)
+        return linked
+
+    monkeypatch.setattr(sources, "_linked_elsewhere", slow_scan)
+    release = threading.Thread(target=source.release, args=(one,))
+    release.start()
+    assert scanned.wait(timeout=30)
+    two = fetch(source, "step2")
+    fetched.set()
+    release.join()
+    weights = hub.repos[PYTHIA].files("step1")["model.safetensors"]
+    assert (Path(two.path) / "model.safetensors").read_bytes() == weights
 
 
 @pytest.mark.parametrize(

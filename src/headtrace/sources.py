@@ -345,6 +345,7 @@ class HubSource:
                     endpoint=settings.endpoint,
                     tqdm_class=_byte_counter(count),
                 )
+                _confirm_linked(path)
             except BaseException:
                 advance(-counted)
                 raise
@@ -425,13 +426,43 @@ class HubSource:
 def _remove_cached(pointer: str, corrupt: bool = False) -> None:
     """Remove a snapshot file and its blob, unless the blob is sound and another snapshot links to it."""
     path = Path(pointer)
-    blob = path.resolve() if path.is_symlink() else None  # without symlinks the snapshot file is the copy
-    path.unlink(missing_ok=True)
-    if blob is None:
+    if not path.is_symlink():  # without symlinks the snapshot file is the copy
+        path.unlink(missing_ok=True)
         return
-    snapshots = blob.parent.parent / "snapshots"
-    if corrupt or not any(p.is_symlink() and p.resolve() == blob for p in snapshots.rglob("*")):
-        blob.unlink(missing_ok=True)
+    blob = path.resolve()
+    with _blob_lock(blob):
+        path.unlink(missing_ok=True)
+        if corrupt or not _linked_elsewhere(blob):
+            blob.unlink(missing_ok=True)
+
+
+def _linked_elsewhere(blob: Path) -> bool:
+    """Whether any snapshot (another revision with the same file) links to the blob."""
+    return any(p.is_symlink() and p.resolve() == blob for p in (blob.parent.parent / "snapshots").rglob("*"))
+
+
+def _confirm_linked(pointer: str) -> None:
+    """Fail (a retried OSError) when the blob a fresh snapshot link points to was deleted meanwhile.
+
+    Revisions with identical files share one blob. A release that scanned for links just before this
+    link was made deletes the blob that this fetch has just linked (and may even have verified);
+    checked under the release's lock, the link is either seen by that scan or found dangling here."""
+    path = Path(pointer)
+    if path.is_symlink():
+        with _blob_lock(path.resolve()):
+            if not path.exists():
+                raise FileNotFoundError(errno.ENOENT, "a release removed the file while it was linked", pointer)
+
+
+def _blob_lock(blob: Path):
+    """The cross-process lock (one per cached repo, among huggingface_hub's own locks) under which a
+    release decides to delete a blob and a fetch confirms its link to one."""
+    from filelock import FileLock
+
+    repo = blob.parent.parent
+    locks = repo.parent / ".locks" / repo.name
+    locks.mkdir(parents=True, exist_ok=True)
+    return FileLock(locks / "headtrace-release.lock")
 
 
 # --------------------------------------------------------------------------------------------
