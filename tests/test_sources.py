@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from headtrace import sources
 from headtrace.errors import HeadtraceError
 from headtrace.panel import load_panel, run_panel
 from headtrace.revisions import parse_revision
-from headtrace import sources
 from headtrace.sources import HubSource, LocalSource, RetryPolicy
 from headtrace.store import read_results
 from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, FakeRepo, Fault

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
+from filelock import FileLock
+
 from headtrace.errors import DiskFull, HeadtraceError
 from headtrace.revisions import Revision, catalog, tokens_per_step_for
 
@@ -454,11 +456,9 @@ def _confirm_linked(pointer: str) -> None:
                 raise FileNotFoundError(errno.ENOENT, "a release removed the file while it was linked", pointer)
 
 
-def _blob_lock(blob: Path):
+def _blob_lock(blob: Path) -> FileLock:
     """The cross-process lock (one per cached repo, among huggingface_hub's own locks) under which a
     release decides to delete a blob and a fetch confirms its link to one."""
-    from filelock import FileLock
-
     repo = blob.parent.parent
     locks = repo.parent / ".locks" / repo.name
     locks.mkdir(parents=True, exist_ok=True)
