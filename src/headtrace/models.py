@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from headtrace.errors import HeadtraceError
+from headtrace.schema import head_id  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,6 @@ class HeadLayout:
     @property
     def n_total(self) -> int:
         return self.n_layers * self.n_heads
-
-
-def head_id(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
 
 
 class ModelAdapter:

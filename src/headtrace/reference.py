@@ -25,10 +25,9 @@ import pandas as pd
 
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
-from headtrace.models import head_id
 from headtrace.probes import CHANNELS, CLASS_KEYS
 from headtrace.revisions import parse_revision, tokens_per_step_for
-from headtrace.screen import ScreenConfig, add_labels
+from headtrace.schema import ScreenConfig, add_labels, head_id
 
 SOURCE = "reference import"
 _HEAD_KEY = re.compile(r"^L(\d+)_H(\d+)$")

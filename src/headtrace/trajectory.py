@@ -52,7 +52,7 @@ import pandas as pd
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.revisions import parse_revision
-from headtrace.screen import ScreenConfig, add_labels
+from headtrace.schema import ScreenConfig, add_labels
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE = "holds", "does not hold", "not measurable"
 SCREENS: tuple[str, ...] = ("induction_circuit", "previous_circuit", "sink", "gu_sink")
