@@ -111,14 +111,6 @@ def test_baseline_never_special(T):
     assert not set(base.tolist()) & special_positions(T - 1)
 
 
-def test_key_weights_average_over_targets():
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=4, seq_len=64))
-    weights = probe.key_weights(slice(0, 4))
-    np.testing.assert_allclose(weights.sum(axis=2), 1.0, rtol=1e-6)  # every channel is a mean over its targets
-    local = weights[:, CHANNELS.index("local")]
-    assert (np.flatnonzero(local[0]) == np.array([58, 59, 60, 61])).all()
-
-
 class WordTokenizer:
     """A whitespace tokenizer with a fixed vocabulary: enough to build a natural-text probe."""
 

@@ -4,6 +4,7 @@ hover shows a head's numbers). Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import sys
@@ -201,6 +202,20 @@ def test_report_files(pythia_report, tiny_report, tiny_dir):
         text = page.read_text()
         assert not re.search(r"<(script|img|link|iframe)[^>]+(src|href)=", text)  # nothing fetched
         assert "@import" not in text and "url(http" not in text
+
+
+def test_the_report_draws_the_probes_ceiling(tiny_report, tiny_dir):
+    """The tiny panel's probe (T = 64, reference baseline) caps induction near 62x: the induction
+    figure draws that ceiling and the runs table lists it."""
+    from headtrace.probes import selectivity_ceilings
+    from headtrace.screen import ScreenConfig, build_probe
+
+    ceiling = selectivity_ceilings(build_probe(ScreenConfig(n_examples=16, seq_len=64), lambda: None))["induction"]
+    text = html.unescape(tiny_report.read_text())
+    assert f"the probe's ceiling ({ceiling:.0f}x)" in text
+    assert "induction ceiling" in text and f"{ceiling:.1f}x" in text
+    svg = (tiny_report.parent / "figures" / f"induction-{slug('tiny/gpt-neox')}.svg").read_text()
+    assert "ceiling" in svg  # the legend entry of the drawn line
 
 
 def test_cli_report_of_one_revision_and_bad_input(tmp_path, monkeypatch, capsys):

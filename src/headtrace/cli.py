@@ -9,6 +9,7 @@ from typing import Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -62,6 +63,11 @@ def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def print_screen_summary(result) -> None:
+    import json
+
+    from headtrace.probes import CLASS_KEYS
+    from headtrace.schema import ScreenConfig, ceiling_text
+
     summary = result.summary()
     run = result.run.iloc[0]
     heads = result.heads
@@ -79,12 +85,25 @@ def print_screen_summary(result) -> None:
         f"top-1 at the query: {summary['top1']:.3f}   top-5: {run.top5:.3f}   loss: {run.loss:.3f}   "
         f"({int(run.n_valid)}/{int(run.n_examples)} valid examples, {run.wall_s:.1f} s)"
     )
+    ceilings = {key: run[f"ceiling_{key}"] for key in CLASS_KEYS.values() if f"ceiling_{key}" in run}
+    if ceilings:
+        out_console.print(f"selectivity ceilings ({run.baseline} baseline): "
+                          + ", ".join(f"{key} {ceiling_text(value)}" for key, value in ceilings.items()))
+        warn_ceilings(ScreenConfig(**json.loads(run.config_json)), ceilings)
     if summary["underflow_heads"]:
         out_console.print(
             f"[yellow]warning:[/] {summary['underflow_heads']} heads have a baseline below 1e-8 or the smallest "
             f"normal {run.dtype} number: their selectivities are floor ratios, not measurements (column "
             "baseline_underflow)" + ("; screen in float32" if run.dtype != "float32" else "")
         )
+
+
+def warn_ceilings(config, ceilings: dict[str, float] | None) -> None:
+    """Warn where a threshold sits above half of its class's selectivity ceiling."""
+    from headtrace.schema import ceiling_warnings
+
+    for message in ceiling_warnings(config, ceilings) if ceilings else ():
+        console.print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False)
 
 
 @app.command()
@@ -102,6 +121,8 @@ def screen(
     prepend_bos: bool = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS)."),
     probe: str = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts)."),
     texts: Optional[Path] = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl."),
+    baseline: str = typer.Option("reference", help="reference (the study's 50 positions) or clean (without each "
+                                 "example's own targets: no selectivity ceiling)."),
     out: Optional[Path] = typer.Option(None, help="Write Parquet results into this directory."),
 ) -> None:
     """Screen one checkpoint: classify every head in one streamed pass."""
@@ -109,7 +130,7 @@ def screen(
 
     config = ScreenConfig(n_examples=n_examples, seq_len=seq_len, seed=seed, id_low=id_low, id_high=id_high,
                           prepend_bos=prepend_bos, probe=probe, texts=str(texts) if texts else None,
-                          dtype=dtype, device=device, batch_size=batch_size)
+                          baseline=baseline, dtype=dtype, device=device, batch_size=batch_size)
     config.validate()
     console.print(f"loading {model}" + (f" at {revision}" if revision else ""))
     with progress_bar(f"screening {model}") as advance:
@@ -120,16 +141,19 @@ def screen(
         console.print(f"results written to {out}/")
 
 
-def _train_with_progress(organism, out: Path, label: str):
-    """Train one organism with a progress bar; Ctrl-C keeps the finished checkpoints and says so."""
+def _train_with_progress(organism, out: Path, label: str, threads: int = 1):
+    """Train one organism with a progress bar; Ctrl-C keeps the finished checkpoints and says so.
+
+    A model this small trains fastest on one thread, most of all on a busy machine; other thread
+    counts round differently (a stand-in for another machine's kernels)."""
     import json
 
     import torch
 
     from headtrace.organism import train
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a model this small trains fastest on one thread, most of all on a busy machine
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console) as bar:
@@ -148,7 +172,7 @@ def _train_with_progress(organism, out: Path, label: str):
                           "revisions.json); train again with the same settings to start over")
             raise typer.Exit(130) from None
         finally:
-            torch.set_num_threads(threads)
+            torch.set_num_threads(previous_threads)
     if result.reused:
         console.print(f"{out}/ already holds this organism ({len(result.checkpoints)} checkpoints): reused")
     else:
@@ -162,6 +186,7 @@ def train_organism(
     arch: str = typer.Option("dense", help="dense (GPT-NeoX style), llama, or moe (OLMoE style)."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     seed: int = typer.Option(0, help="Seed of the initialisation and the data."),
+    threads: int = typer.Option(1, help="Torch threads for training (1 is fastest for models this small)."),
     out: Optional[Path] = typer.Option(None, help="Output directory (default: organisms/ARCH)."),
 ) -> None:
     """Train a model organism from scratch on the CPU, saving log-spaced Hugging Face checkpoints."""
@@ -173,7 +198,7 @@ def train_organism(
     organism = Organism(recipe=recipe(arch), corpus=CorpusConfig(seed=seed), train=train)
     organism.validate()
     out = out or Path("organisms") / arch
-    _train_with_progress(organism, out, arch)
+    _train_with_progress(organism, out, arch, threads)
     console.print(f"screen it: write a panel with source = \"organism\", path = \"{out}\", then headtrace run PANEL")
 
 
@@ -183,6 +208,8 @@ def demo(
     compare: bool = typer.Option(False, help="Also train an MoE (OLMoE-style) organism on the same data."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     n_examples: int = typer.Option(256, "--n-examples", "-n", help="Probe sequences per checkpoint."),
+    seed: int = typer.Option(0, help="Seed of the organisms' initialisation and data."),
+    threads: int = typer.Option(1, help="Torch threads for training."),
 ) -> None:
     """Watch circuits form, offline: train the organism, screen its checkpoints, write the report."""
     import time
@@ -194,11 +221,13 @@ def demo(
 
     started = time.perf_counter()
     paths = DemoPaths(out)
-    organisms = demo_organisms(compare=compare, steps=steps)
+    organisms = demo_organisms(compare=compare, steps=steps, seed=seed)
+    screen_config = demo_screen(next(iter(organisms.values())).corpus, n_examples)
+    screen_config.validate()
     for model, organism in organisms.items():
-        _train_with_progress(organism, paths.organism(model), model)
-    first = next(iter(organisms.values()))
-    screen_config = demo_screen(first.corpus, n_examples)
+        organism.validate()
+    for model, organism in organisms.items():
+        _train_with_progress(organism, paths.organism(model), model, threads)
     models = {m: str(paths.organism(m).relative_to(out)) for m in organisms}
     paths.panel.write_text(panel_toml("demo", screen_config, models, ablation_seeds=10))
     run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
@@ -286,6 +315,8 @@ def ablate(
     prepend_bos: bool = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS)."),
     probe: str = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts)."),
     texts: Optional[Path] = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl."),
+    baseline: str = typer.Option("reference", help="reference (the study's 50 positions) or clean (without each "
+                                 "example's own targets: no selectivity ceiling)."),
     out: Optional[Path] = typer.Option(None, help="Results directory: reads a stored screen from it and writes "
                                        "ablations/<model>@<revision>.parquet."),
 ) -> None:
@@ -295,7 +326,7 @@ def ablate(
 
     config = ScreenConfig(n_examples=n_examples, seq_len=seq_len, seed=probe_seed, id_low=id_low, id_high=id_high,
                           prepend_bos=prepend_bos, probe=probe, texts=str(texts) if texts else None,
-                          dtype=dtype, device=device, batch_size=batch_size)
+                          baseline=baseline, dtype=dtype, device=device, batch_size=batch_size)
     config.validate()
     ablation = AblationConfig(circuit=circuit, seeds=seeds, mode=mode, seed=seed, n_bootstrap=n_bootstrap,
                               singles=singles, stack=stack)
@@ -430,8 +461,11 @@ def run(
     from headtrace.executors import RayOptions
     from headtrace.panel import load_panel, run_panel
 
+    from headtrace.schema import planned_ceilings
+
     spec = load_panel(panel)
     out = out or Path("results") / spec.name
+    warn_ceilings(spec.screen, planned_ceilings(spec.screen))
     columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:

@@ -7,6 +7,7 @@ draw for draw, and a natural-text induction probe built from any corpus with the
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -31,6 +32,10 @@ LOCAL_OFFSETS: tuple[int, ...] = (2, 3, 4, 5)
 BASELINE_SIZE = 50
 BASELINE_SEED = 0
 NULL_SEED = 1
+SELECTIVITY_FLOOR = 1e-8  # baseline floor in the ratio, as in the reference
+# reference: the study's fixed positions, which may hold an example's own class target (the default);
+# clean: each example's baseline without its own induction and duplicate-token targets.
+BASELINES: tuple[str, ...] = ("reference", "clean")
 
 
 @dataclass(frozen=True)
@@ -79,25 +84,10 @@ class Probe:
             "null": self.null,
         }
 
-    def key_weights(self, rows: slice) -> np.ndarray:
-        """Weights [b, len(CHANNELS), L] over key positions: the attention a query row pays to a
-        channel's targets, averaged over them, is the dot product of that row with these weights."""
-        b = len(range(*rows.indices(self.n)))
-        weights = np.zeros((b, len(CHANNELS), self.seq_len), dtype=np.float32)
-        index = np.arange(b)
+    def class_targets(self) -> dict[str, np.ndarray]:
+        """Each class's target positions per example, [n, k] with -1 = undefined (local has 4)."""
         single = self.target_positions()
-        for c, name in enumerate(CHANNELS):
-            if name in single:
-                pos = single[name][rows]
-                ok = pos >= 0
-                weights[index[ok], c, pos[ok]] = 1.0
-        for c, positions in ((CHANNELS.index("local"), self.local), (CHANNELS.index("baseline"), self.baseline)):
-            pos = positions[rows]
-            ok = pos >= 0
-            counts = np.maximum(ok.sum(axis=1, keepdims=True), 1)
-            row_index = np.broadcast_to(index[:, None], pos.shape)
-            np.add.at(weights[:, c, :], (row_index[ok], pos[ok]), np.broadcast_to(1.0 / counts, pos.shape)[ok])
-        return weights
+        return {key: (self.local if key == "local" else single[key][:, None]) for key in CLASS_KEYS.values()}
 
     def channel_defined(self) -> np.ndarray:
         """[n, len(CHANNELS)] bool: whether each channel has a target in each example."""
@@ -133,6 +123,45 @@ class Probe:
                 f"probe token ids reach {top} but the model's vocabulary has {vocab_size} entries; "
                 f"pass --id-high {vocab_size} (a different batch, recorded in the config)"
             )
+
+
+def clean_baseline(probe: Probe) -> Probe:
+    """The probe with each example's baseline cleaned of that example's own class targets.
+
+    Of the class targets only the induction (ab + 1) and duplicate-token (ab) ones can lie among the
+    baseline positions (the others are special positions, never drawn). A kept position keeps its
+    order; the removed ones become -1 padding, so an example's baseline has 48 to 50 positions."""
+    own = np.stack([probe.induction, probe.duplicate], axis=1)  # [n, 2], -1 where undefined
+    hit = (probe.baseline[:, :, None] == own[:, None, :]).any(axis=2) & (probe.baseline >= 0)
+    kept = np.where(hit, -1, probe.baseline)
+    kept = np.take_along_axis(kept, np.argsort(kept < 0, axis=1, kind="stable"), axis=1)
+    return dataclasses.replace(probe, baseline=kept, description={**probe.description, "baseline": "clean"})
+
+
+def selectivity_ceilings(probe: Probe) -> dict[str, float]:
+    """Per class key, the largest selectivity the probe can give: the score of a head that puts all
+    its attention on the class's target (spread evenly over local's four) wherever it is defined,
+    and none on the baseline elsewhere, computed as the screen computes selectivity.
+
+    With the reference baseline an example's induction or duplicate target is often one of the 50
+    baseline positions; the ceiling is then 1 / (share of examples where it is / 50): 61.3x for
+    induction at T = 63 plus BOS, 238x at T = 256. Targets never in the baseline (first token,
+    previous, self, local, and every class under the clean baseline) are bounded only by the
+    selectivity floor (1e8 for one target)."""
+    positions = probe.baseline
+    size = (positions >= 0).sum(axis=1)
+    has_baseline = size > 0
+    ceilings = {}
+    for key, targets in probe.class_targets().items():
+        defined = (targets >= 0).any(axis=1)
+        share = np.where(targets >= 0, 1.0 / np.maximum((targets >= 0).sum(axis=1, keepdims=True), 1), 0.0)
+        # Attention that lands on baseline positions, averaged over them, per example.
+        in_baseline = ((positions[:, :, None] == targets[:, None, :]) & (positions[:, :, None] >= 0)).any(axis=1)
+        on_baseline = (share * in_baseline).sum(axis=1) / np.maximum(size, 1)
+        target_mean = float((share ** 2).sum(axis=1)[defined].mean()) if defined.any() else np.nan
+        baseline_mean = float(on_baseline[has_baseline].mean()) if has_baseline.any() else 0.0
+        ceilings[key] = target_mean / max(baseline_mean, SELECTIVITY_FLOOR)
+    return ceilings
 
 
 def special_positions(query: int) -> set[int]:

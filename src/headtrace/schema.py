@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 
 from headtrace.errors import HeadtraceError
-from headtrace.probes import CLASS_KEYS, CLASSES
+from headtrace.probes import (BASELINES, CLASS_KEYS, CLASSES, SELECTIVITY_FLOOR,  # noqa: F401 (re-exported)
+                              SyntheticInductionSpec, clean_baseline, selectivity_ceilings, synthetic_induction)
 
 SCHEMA_VERSION = 1
-SELECTIVITY_FLOOR = 1e-8  # baseline floor in the ratio, as in the reference
 
 
 def head_id(layer: int, head: int) -> str:
@@ -36,6 +36,7 @@ class ScreenConfig:
     prepend_bos: bool = False
     probe: str = "synthetic"  # synthetic | natural
     texts: str | None = None  # natural probe: a .txt (blank-line separated) or .jsonl ("text") file
+    baseline: str = "reference"  # reference | clean (docs/definitions.md, "The baseline and its ceiling")
     dtype: str = "float32"
     device: str = "cpu"
     batch_size: int = 16
@@ -47,6 +48,9 @@ class ScreenConfig:
 
     # Fields that do not change results (up to float rounding): left out of the hash.
     _NOT_HASHED = ("batch_size",)
+    # Fields added since results were first written, hashed only away from their default, so that
+    # existing results keep their hash.
+    _HASHED_WHEN_SET = {"baseline": "reference"}
 
     def validate(self) -> None:
         if self.n_examples < 1:
@@ -57,17 +61,26 @@ class ScreenConfig:
             raise HeadtraceError(f"unknown probe '{self.probe}'; use synthetic or natural")
         if self.probe == "natural" and not self.texts:
             raise HeadtraceError("the natural probe needs --texts FILE (a .txt or .jsonl corpus)")
+        if self.baseline not in BASELINES:
+            raise HeadtraceError(f"unknown baseline '{self.baseline}'; use {' or '.join(BASELINES)}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @property
     def config_hash(self) -> str:
-        fields = {k: v for k, v in self.to_dict().items() if k not in self._NOT_HASHED}
+        fields = {k: v for k, v in self.to_dict().items()
+                  if k not in self._NOT_HASHED and self._HASHED_WHEN_SET.get(k, object()) != v}
         if self.texts:
             fields["texts"] = _file_digest(self.texts)
         payload = json.dumps({"schema": SCHEMA_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def synthetic_spec(config: ScreenConfig, bos_token_id: int | None = None) -> SyntheticInductionSpec:
+    """The synthetic batch a config describes (BOS prepended when `bos_token_id` is given)."""
+    return SyntheticInductionSpec(n_examples=config.n_examples, seq_len=config.seq_len, seed=config.seed,
+                                  id_low=config.id_low, id_high=config.id_high, bos_token_id=bos_token_id)
 
 
 def _file_digest(path: str) -> str:
@@ -80,6 +93,45 @@ def _file_digest(path: str) -> str:
     except OSError as exc:
         raise HeadtraceError(f"cannot read texts file '{path}': {exc.strerror}") from None
     return digest.hexdigest()
+
+
+# The thresholds that decide a class's membership: the label applies to every class.
+THRESHOLD_CLASSES: dict[str, tuple[str, ...]] = {
+    "induction_threshold": ("induction",),
+    "previous_threshold": ("previous",),
+    "sink_threshold": ("first",),
+    "label_threshold": tuple(CLASS_KEYS.values()),
+}
+
+
+def ceiling_warnings(config: ScreenConfig, ceilings: dict[str, float]) -> list[str]:
+    """A warning for each threshold above half of its class's selectivity ceiling (probes.selectivity_ceilings):
+    there, heads near the ceiling cross the threshold or not by rounding noise."""
+    warnings = []
+    for threshold, keys in THRESHOLD_CLASSES.items():
+        value = getattr(config, threshold)
+        for key in keys:
+            if value > ceilings[key] / 2:
+                warnings.append(
+                    f"the {threshold.replace('_', ' ')} {value:g}x is above half of this probe's {key} ceiling "
+                    f"({ceilings[key]:.1f}x, the score of a head with all its attention on the target): heads near "
+                    "the ceiling cross it by chance; use --baseline clean or a longer --seq-len")
+    return warnings
+
+
+def planned_ceilings(config: ScreenConfig) -> dict[str, float] | None:
+    """The ceilings of a config's synthetic probe, known before any model loads (positions do not
+    depend on the BOS id); None for the natural probe, whose positions need the tokenizer."""
+    if config.probe != "synthetic":
+        return None
+    probe = synthetic_induction(synthetic_spec(config, 0 if config.prepend_bos else None))
+    return selectivity_ceilings(clean_baseline(probe) if config.baseline == "clean" else probe)
+
+
+def ceiling_text(value: float) -> str:
+    """A ceiling for people: its value, or 'unbounded' where the target is never in the baseline
+    (only the selectivity floor bounds the ratio there)."""
+    return "unbounded" if value >= 1e6 else f"{value:.1f}x"
 
 
 def add_labels(table: pd.DataFrame, config: ScreenConfig) -> None:

@@ -32,9 +32,9 @@ from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_f
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
-from headtrace.probes import CHANNELS, CLASS_KEYS, Probe
+from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, selectivity_ceilings
 from headtrace.schema import (SCHEMA_VERSION, SELECTIVITY_FLOOR, ScreenConfig, add_labels,  # noqa: F401 (re-exported)
-                              head_id)
+                              head_id, synthetic_spec)
 from headtrace.spectral import GramAccumulator
 
 ATTENTION_IMPLEMENTATION = "headtrace"
@@ -489,6 +489,8 @@ def _run_record(adapter, probe, config, heads, capability, model_name, revision,
         "sink_fraction": float(heads.sink.mean()),
         "gu_sink_fraction": float(heads.gu_sink.mean()),
         "n_underflow_heads": int(heads.baseline_underflow.sum()),
+        "baseline": config.baseline,
+        **{f"ceiling_{key}": value for key, value in selectivity_ceilings(probe).items()},
         "config_hash": config.config_hash,
         "config_json": json.dumps(config.to_dict(), sort_keys=True),
         "wall_s": wall,
@@ -504,19 +506,19 @@ def _run_record(adapter, probe, config, heads, capability, model_name, revision,
 
 def build_probe(config: ScreenConfig, tokenizer_loader: Callable[[], object]) -> Probe:
     """The probe a config describes (the tokenizer is loaded only for BOS or natural text)."""
-    from headtrace.probes import SyntheticInductionSpec, natural_text_induction, read_texts, synthetic_induction
+    from headtrace.probes import clean_baseline, natural_text_induction, read_texts, synthetic_induction
 
     if config.probe == "natural":
-        return natural_text_induction(read_texts(config.texts), tokenizer_loader(), max_len=config.seq_len,
-                                      max_examples=config.n_examples, prepend_bos=config.prepend_bos)
-    bos = None
-    if config.prepend_bos:
-        bos = tokenizer_loader().bos_token_id
-        if bos is None:
-            raise HeadtraceError("the tokenizer has no BOS token; drop --prepend-bos")
-    spec = SyntheticInductionSpec(n_examples=config.n_examples, seq_len=config.seq_len, seed=config.seed,
-                                  id_low=config.id_low, id_high=config.id_high, bos_token_id=bos)
-    return synthetic_induction(spec)
+        probe = natural_text_induction(read_texts(config.texts), tokenizer_loader(), max_len=config.seq_len,
+                                       max_examples=config.n_examples, prepend_bos=config.prepend_bos)
+    else:
+        bos = None
+        if config.prepend_bos:
+            bos = tokenizer_loader().bos_token_id
+            if bos is None:
+                raise HeadtraceError("the tokenizer has no BOS token; drop --prepend-bos")
+        probe = synthetic_induction(synthetic_spec(config, bos))
+    return clean_baseline(probe) if config.baseline == "clean" else probe
 
 
 def screen_checkpoint(

@@ -58,6 +58,7 @@ HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE = "holds", "does not hold", "not measurable
 SCREENS: tuple[str, ...] = ("induction_circuit", "previous_circuit", "sink", "gu_sink")
 LABELS: tuple[tuple[str, str], ...] = tuple(CLASS_KEYS.items()) + (("unclassified", "unclassified"),)
 CAPABILITY: tuple[str, ...] = ("top1", "top5", "loss", "mean_logit_answer")
+CEILINGS: tuple[str, ...] = tuple(f"ceiling_{key}" for key in CLASS_KEYS.values())  # the probe's, per revision
 REQUIRED_HEAD_COLUMNS = ("model", "revision", "tokens", "layer", "head", "head_id") + tuple(
     f"sel_{CLASS_KEYS[c]}" for c in CLASSES)
 OPTIONAL_HEAD_COLUMNS = ("sel_null", "sink_score", "pr", "baseline_underflow")
@@ -165,10 +166,10 @@ def revision_table(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
     extra.loc[extra["null_p99"].isna(), "n_induction_above_null"] = np.nan
     result = extra.reset_index().merge(_class_counts(table, keys), on=keys)
     if runs is not None and len(runs):
-        capability = runs.reindex(columns=keys + list(CAPABILITY))
+        capability = runs.reindex(columns=keys + list(CAPABILITY + CEILINGS))
         result = result.merge(capability, on=keys, how="left")
     else:
-        result = result.assign(**{c: np.nan for c in CAPABILITY})
+        result = result.assign(**{c: np.nan for c in CAPABILITY + CEILINGS})
     return _in_training_order(result, [])
 
 

@@ -9,8 +9,11 @@ findings and write the report. Everything is local and offline; a second run reu
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+
+import pandas as pd
 
 from headtrace.organism.corpus import CorpusConfig
 from headtrace.organism.recipes import recipe
@@ -32,9 +35,11 @@ def demo_organisms(compare: bool = False, steps: int | None = None, seed: int = 
 
 def demo_screen(corpus: CorpusConfig, n_examples: int = 256) -> ScreenConfig:
     """A small synthetic-induction screen that fits the organism: ids inside its vocabulary (above
-    the special tokens), BOS prepended so position 0 is BOS and the length is the training length."""
+    the special tokens), BOS prepended so position 0 is BOS and the length is the training length.
+    The baseline is clean: at this length the reference baseline's induction ceiling (62.7x) sits
+    just above the 50x threshold (docs/definitions.md, "The baseline and its ceiling")."""
     return ScreenConfig(n_examples=n_examples, seq_len=corpus.seq_len - 1, id_low=corpus.n_specials,
-                        id_high=corpus.vocab_size, prepend_bos=True, batch_size=64)
+                        id_high=corpus.vocab_size, prepend_bos=True, batch_size=64, baseline="clean")
 
 
 def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str], ablation_seeds: int = 0) -> str:
@@ -68,3 +73,77 @@ class DemoPaths:
 
     def organism(self, model: str) -> Path:
         return self.out / ORGANISMS / model.removeprefix("organism-")
+
+
+@dataclass(frozen=True)
+class DemoCheck:
+    """What the demo must show on every seed and machine, measured from its results folder
+    (the demo test and benchmarks/organism_sweep.py assert the same properties)."""
+
+    revisions: int
+    induction_heads: int  # at the final revision, >= the induction threshold
+    top1_first: float
+    top1_final: float
+    verdict: str  # the final revision's ablation of its induction circuit
+    circuit_top1: float
+    random_top1: float  # mean over the matched-random seeds
+    shortfall: int  # heads missing from each matched-random set (the circuit's layers hold too few others)
+    sinks_first: int
+    sinks_final: int
+    onset: int | None  # first revision where the best induction head exceeds 2x
+    complete: int | None  # first revision from which every final-circuit head is >= the threshold
+
+    @property
+    def during_transition(self) -> int:
+        """Checkpoints strictly between the onset and the complete circuit."""
+        return -1 if self.onset is None or self.complete is None else self.complete - self.onset - 1
+
+    @property
+    def after_transition(self) -> int:
+        return -1 if self.complete is None else self.revisions - 1 - self.complete
+
+    def failures(self) -> list[str]:
+        """The properties that do not hold (empty: the run shows everything the demo promises)."""
+        checks = {
+            f"{self.induction_heads} induction heads >= 50x at the end (need 2)": self.induction_heads >= 2,
+            f"top-1 rose by {self.top1_final - self.top1_first:.2f} (need 0.5)": self.top1_final - self.top1_first >= 0.5,
+            f"ablation verdict {self.verdict}": self.verdict == "necessary",
+            f"circuit top-1 {self.circuit_top1:.2f} vs random {self.random_top1:.2f} (need <= half)":
+                self.circuit_top1 <= self.random_top1 / 2,
+            f"{self.sinks_first} sinks at the first checkpoint (need 0)": self.sinks_first == 0,
+            f"{self.sinks_final} sinks at the last (need > 0)": self.sinks_final > 0,
+            f"{self.during_transition} checkpoints during the transition (need 4)": self.during_transition >= 4,
+            f"{self.after_transition} checkpoints after it (need 3)": self.after_transition >= 3,
+        }
+        return [text for text, ok in checks.items() if not ok]
+
+
+def check_demo(results: Path, model: str = "organism-dense", onset_selectivity: float = 2.0) -> DemoCheck:
+    """Measure a demo run's `DemoCheck` from its stored screens and ablation."""
+    from headtrace.store import read_ablations, read_results
+
+    heads, runs = read_results(results)
+    heads, runs = heads[heads.model == model], runs[runs.model == model].reset_index(drop=True)
+    order = list(runs.revision)  # training order
+    wide = heads.pivot(index="revision", columns="head_id", values="sel_induction").reindex(order)
+    final_circuit = wide.columns[wide.iloc[-1] >= runs.iloc[-1:].pipe(_threshold)]
+    best = wide.max(axis=1).to_numpy()
+    onset = next((i for i, value in enumerate(best) if value > onset_selectivity), None)
+    members = (wide[final_circuit] >= _threshold(runs.iloc[-1:])).all(axis=1).to_numpy()
+    complete = next((i for i in range(len(order)) if len(final_circuit) and members[i:].all()), None)
+    sinks = heads.groupby("revision").sink.sum().reindex(order)
+    ablations = read_ablations(results)
+    ablation = ablations[(ablations.model == model) & (ablations.revision == order[-1])]
+    random = ablation[ablation.condition == "random"]
+    return DemoCheck(
+        revisions=len(order), induction_heads=len(final_circuit),
+        top1_first=float(runs.top1.iloc[0]), top1_final=float(runs.top1.iloc[-1]),
+        verdict=str(ablation.verdict.iloc[0]),
+        circuit_top1=float(ablation.loc[ablation.condition == "circuit", "top1"].iloc[0]),
+        random_top1=float(random.top1.mean()), shortfall=int(random.shortfall.max()),
+        sinks_first=int(sinks.iloc[0]), sinks_final=int(sinks.iloc[-1]), onset=onset, complete=complete)
+
+
+def _threshold(run: pd.DataFrame) -> float:
+    """The induction threshold a revision was screened with."""
+    return float(json.loads(run.config_json.iloc[0])["induction_threshold"])

@@ -42,13 +42,17 @@ StepCallback = Callable[[int, int, float], None]
 class TrainConfig:
     """How the organism is trained."""
 
-    steps: int = 1200
+    steps: int = 2000
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 50
     weight_decay: float = 0.01
     grad_clip: float = 1.0
-    n_checkpoints: int = 12
+    n_checkpoints: int = 12  # log-spaced over the run
+    checkpoint_every: int | None = 250  # also save every K steps (the plateau after the transition)
+    # Also save whenever the smoothed training loss fell this much since the last save: checkpoints
+    # gather where the model changes (the induction transition), wherever a seed puts it.
+    checkpoint_loss_drop: float | None = 0.1
     seed: int = 0
 
     def validate(self) -> None:
@@ -56,6 +60,16 @@ class TrainConfig:
             raise HeadtraceError(f"steps must be >= 1 (got {self.steps})")
         if self.batch_size < 1 or self.n_checkpoints < 1 or self.lr <= 0:
             raise HeadtraceError("batch_size, n_checkpoints and lr must be positive")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise HeadtraceError(f"checkpoint_every must be >= 1 (got {self.checkpoint_every})")
+        if self.checkpoint_loss_drop is not None and self.checkpoint_loss_drop <= 0:
+            raise HeadtraceError(f"checkpoint_loss_drop must be > 0 (got {self.checkpoint_loss_drop})")
+
+    def checkpoint_steps(self) -> list[int]:
+        """The steps saved on schedule: `n_checkpoints` log-spaced ones, plus every `checkpoint_every`
+        steps (saves on a loss drop come on top, see `LossDropSaves`)."""
+        every = range(self.checkpoint_every, self.steps + 1, self.checkpoint_every) if self.checkpoint_every else ()
+        return sorted({*checkpoint_steps(self.steps, self.n_checkpoints), *every})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -117,6 +131,26 @@ def _write_json_atomic(path: Path, payload) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(payload, indent=1) + "\n")
     os.replace(tmp, path)
+
+
+class LossDropSaves:
+    """Says when the smoothed training loss has fallen `drop` since the last save."""
+
+    SMOOTHING = 0.1  # weight of the newest loss in the exponential moving average
+
+    def __init__(self, drop: float | None):
+        self.drop = drop
+        self.smoothed: float | None = None
+        self.at_last_save: float | None = None
+
+    def update(self, loss: float) -> bool:
+        self.smoothed = loss if self.smoothed is None else self.smoothed + self.SMOOTHING * (loss - self.smoothed)
+        if self.at_last_save is None:
+            self.at_last_save = self.smoothed
+        return self.drop is not None and self.at_last_save - self.smoothed >= self.drop
+
+    def saved(self) -> None:
+        self.at_last_save = self.smoothed
 
 
 def _lr_factor(step: int, config: TrainConfig) -> float:
@@ -191,7 +225,8 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.95))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config))
-    saves = set(checkpoint_steps(config.steps, config.n_checkpoints))
+    saves = set(config.checkpoint_steps())
+    loss_drop = LossDropSaves(config.checkpoint_loss_drop)
     meta = {"organism": organism.to_dict(), "complete": False, "revisions": REVISIONS_FILE}
     started = time.perf_counter()
     for step in range(1, config.steps + 1):
@@ -203,7 +238,8 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         result.losses.append(loss.item())
-        if step in saves:
+        if loss_drop.update(result.losses[-1]) or step in saves:
+            loss_drop.saved()
             meta["complete"] = step == config.steps
             model.eval()
             _save(model, tokenizer, out, step, step * config.batch_size * corpus.seq_len, result.checkpoints, meta)

@@ -85,6 +85,17 @@ def _threshold_line(ax: Axes, value: float, text: str, color: str = "k") -> None
                 fontsize=7, color=color)
 
 
+def _ceiling_line(ax: Axes, x: np.ndarray, ceiling: np.ndarray) -> str:
+    """The probe's induction ceiling, where it binds (docs/definitions.md); returns a caption sentence."""
+    bound = np.isfinite(ceiling) & (ceiling < 1e6)
+    if not bound.any():
+        return (" The probe's induction ceiling is unbounded (clean baseline)." if np.isfinite(ceiling).any()
+                else "")
+    ax.plot(x[bound], ceiling[bound], color="C3", ls=":", lw=1.2, label="ceiling")
+    return (f" Dotted red: the probe's ceiling ({np.nanmax(ceiling[bound]):.0f}x), the selectivity of a head with all "
+            "its attention on the target; heads near it are compressed.")
+
+
 def _selectivities(row) -> str:
     parts = [f"{name} {getattr(row, f'sel_{CLASS_KEYS[name]}'):.1f}x" for name in CLASSES]
     return ", ".join(parts[:3]) + "\n" + ", ".join(parts[3:])
@@ -344,6 +355,7 @@ def induction_plot(data: PanelData, panel: ModelPanel) -> Plot:
                           for n, t, v in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], y)])
     ax.set_yscale("log")
     _threshold_line(ax, c.induction_threshold, f"{c.induction_threshold:g}x circuit")
+    plot.caption += _ceiling_line(ax, x, panel.revisions.ceiling_induction.to_numpy(dtype=float)[axis.drawn])
     ax.set_ylabel("induction selectivity (x baseline)")
     _use_time_axis(ax, axis)
     top1 = panel.revisions.top1.to_numpy(dtype=float)[axis.drawn]

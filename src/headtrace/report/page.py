@@ -17,6 +17,7 @@ import pandas as pd
 from headtrace import __version__
 from headtrace.report.data import PanelData, model_gaps, panel_gaps, revision_label
 from headtrace.report.figures import Plot
+from headtrace.schema import ceiling_text
 from headtrace.store import slug
 
 RUN_COLUMNS = ("revision", "tokens", "top1", "n_sink_heads", "n_induction_heads", "n_examples", "dtype", "device",
@@ -104,13 +105,27 @@ def _metadata(data: PanelData) -> str:
         summary.append({
             "model": model, "revisions": len(group), "architecture": first.architecture,
             "layers x heads": f"{first.n_layers} x {first.n_heads}", "probe": first.probe,
-            "examples": first.n_examples, "devices": ", ".join(sorted(map(str, group.device.dropna().unique()))),
+            "examples": first.n_examples, "baseline": _baseline(first),
+            "induction ceiling": _ceiling(group, "ceiling_induction"),
+            "duplicate ceiling": _ceiling(group, "ceiling_duplicate"), "devices": ", ".join(sorted(map(str, group.device.dropna().unique()))),
             "config hashes": ", ".join(sorted(map(str, group.config_hash.dropna().unique()))),
             "versions": "; ".join(versions), "wall time (s)": group.wall_s.sum(min_count=1),
         })
     per_run = runs.reindex(columns=["model", *RUN_COLUMNS])
     return (_table(pd.DataFrame(summary)) + "<details><summary>Every run (model x revision)</summary>"
             + _table(per_run) + "</details>")
+
+
+def _baseline(run: pd.Series) -> str:
+    """The run's baseline kind; runs written before the option had the reference one."""
+    kind = run.get("baseline")
+    return kind if isinstance(kind, str) else "reference"
+
+
+def _ceiling(runs: pd.DataFrame, column: str) -> str:
+    """A class's selectivity ceiling over a model's runs (docs/definitions.md); '?' for runs without it."""
+    values = runs[column].dropna().unique() if column in runs else []
+    return ", ".join(ceiling_text(v) for v in sorted(values)) or "?"
 
 
 def _count(n: int, noun: str) -> str:
