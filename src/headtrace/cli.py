@@ -1,7 +1,12 @@
-"""The `headtrace` command line. Each command is a thin layer over the stage module it names."""
+"""The `headtrace` command line. Each command is a thin layer over the stage module it names.
+
+Importing this module loads neither torch nor transformers: the analysis commands (`results`,
+`findings`, `report`, `import-reference`) and usage errors start at once; the commands that load a
+model import them when they run."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -9,28 +14,58 @@ from typing import Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from headtrace.errors import HeadtraceError
+from headtrace import __version__
+from headtrace.errors import EXIT_INTERRUPTED, HeadtraceError, WorkFailed
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="When did each attention circuit form? Screen attention heads across training checkpoints.",
 )
 console = Console(stderr=True)
 out_console = Console()
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        out_console.print(f"headtrace {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
     """When did each attention circuit form? Screen attention heads across training checkpoints."""
+
+
+def _quiet_transformers() -> None:
+    """Silence transformers' warnings and its own progress bars (rich draws ours); huggingface_hub's
+    download bars, which transformers' switch also turns off, are turned back on."""
+    import huggingface_hub
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    huggingface_hub.utils.enable_progress_bars()
+
+
+@contextmanager
+def on_interrupt(kept: str, again: str = "resume with") -> Iterator[None]:
+    """Ctrl-C ends in one line: what was kept and the command that resumes; exit code 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        command = shlex.join(["headtrace", *sys.argv[1:]])
+        console.print(f"interrupted: {escape(kept)}; {again}: {escape(command)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 @contextmanager
@@ -61,24 +96,46 @@ def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
         yield update
 
 
-def print_screen_summary(result) -> None:
+STRONGEST = 10  # heads the screen's summary lists by default
+
+
+def print_screen_summary(result, all_heads: bool = False) -> None:
+    """A summary that fits a terminal: the strongest labelled heads (every one with `all_heads`),
+    the label counts, the circuits, the sink fraction, capability and, where the run record has
+    them, the probe's selectivity ceilings."""
     summary = result.summary()
     run = result.run.iloc[0]
     heads = result.heads
-    table = Table(title=f"{run.model} {run.revision}".strip(), show_lines=False)
+    labelled = heads.loc[heads.label != "unclassified"].sort_values("best_selectivity", ascending=False)
+    shown = labelled if all_heads else labelled.head(STRONGEST)
+    title = f"{escape(_label(run.model, run.revision))}: " + (
+        f"all {len(labelled)} labelled heads" if all_heads or len(shown) == len(labelled)
+        else f"the {len(shown)} strongest of {len(labelled)} labelled heads (--all: every one)")
+    table = Table(title=title, title_justify="left")
     for column in ("head", "label", "induction", "previous", "first-token", "sink score", "PR"):
-        table.add_column(column, justify="right" if column not in ("head", "label") else "left")
-    shown = heads.loc[heads.label != "unclassified"].sort_values("best_selectivity", ascending=False)
+        table.add_column(column, justify="left" if column in ("head", "label") else "right", no_wrap=True)
     for row in shown.itertuples():
         table.add_row(row.head_id, row.label, f"{row.sel_induction:.1f}", f"{row.sel_previous:.1f}",
                       f"{row.sel_first:.1f}", f"{row.sink_score:.3f}", f"{row.pr:.2f}")
-    out_console.print(table)
-    out_console.print(
-        f"induction circuit (>= 50x): {', '.join(summary['induction_circuit']) or 'none'}\n"
-        f"sink heads (first-token >= 30x): {int(run.n_sink_heads)}/{len(heads)} = {summary['sink_fraction']:.1%}\n"
+    if len(shown):
+        out_console.print(table)
+    counts = labelled.label.value_counts()
+    previous = list(heads.loc[heads.previous_circuit, "head_id"])
+    lines = [
+        f"labels (>= {_threshold(run, 'label_threshold', 30)}x): "
+        + (", ".join(f"{label} {count}" for label, count in counts.items()) or "none")
+        + f"; {len(heads) - len(labelled)} of {len(heads)} heads unclassified",
+        f"induction circuit (>= {_threshold(run, 'induction_threshold', 50)}x): {_heads_text(summary['induction_circuit'])}",
+        f"previous-token circuit (>= {_threshold(run, 'previous_threshold', 100)}x): {_heads_text(previous)}",
+        f"sink heads (first-token >= {_threshold(run, 'sink_threshold', 30)}x): {int(run.n_sink_heads)}/{len(heads)} = {summary['sink_fraction']:.1%}",
         f"top-1 at the query: {summary['top1']:.3f}   top-5: {run.top5:.3f}   loss: {run.loss:.3f}   "
-        f"({int(run.n_valid)}/{int(run.n_examples)} valid examples, {run.wall_s:.1f} s)"
-    )
+        f"({int(run.n_valid)}/{int(run.n_examples)} valid examples, {run.wall_s:.1f} s)",
+    ]
+    ceilings = {c.removeprefix("ceiling_"): run[c] for c in result.run.columns if c.startswith("ceiling_")}
+    if ceilings:
+        lines.append("selectivity ceilings of this probe: "
+                     + ", ".join(f"{cls} {value:.0f}x" for cls, value in ceilings.items()))
+    out_console.print("\n".join(lines), highlight=False)
     if summary["underflow_heads"]:
         out_console.print(
             f"[yellow]warning:[/] {summary['underflow_heads']} heads have a baseline below 1e-8 or the smallest "
@@ -87,37 +144,109 @@ def print_screen_summary(result) -> None:
         )
 
 
-@app.command()
-def screen(
-    model: str = typer.Argument(..., help="Hub id, local directory, or .gguf file."),
-    revision: Optional[str] = typer.Option(None, help="Hub revision (branch, tag or commit)."),
-    n_examples: int = typer.Option(2000, "--n-examples", "-n", help="Probe sequences."),
-    seq_len: int = typer.Option(256, help="Probe sequence length T."),
-    batch_size: int = typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results)."),
-    device: str = typer.Option("cpu", help="cpu, cuda or mps."),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
-    seed: int = typer.Option(42, help="Probe seed."),
-    id_low: int = typer.Option(100, help="Lowest filler token id."),
-    id_high: int = typer.Option(10000, help="Filler ids are drawn below this."),
-    prepend_bos: bool = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS)."),
-    probe: str = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts)."),
-    texts: Optional[Path] = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl."),
-    out: Optional[Path] = typer.Option(None, help="Write Parquet results into this directory."),
-) -> None:
-    """Screen one checkpoint: classify every head in one streamed pass."""
-    from headtrace.screen import ScreenConfig, screen_checkpoint
+def _threshold(run, key: str, default: float) -> str:
+    """A threshold of the screen's config, from the run record's config_json."""
+    import json
+
+    value = json.loads(run.config_json).get(key, default) if "config_json" in run else default
+    return f"{value:g}"
+
+
+def _heads_text(heads: list[str], limit: int = 12) -> str:
+    if not heads:
+        return "none"
+    return ", ".join(heads[:limit]) + (f", ... ({len(heads)} heads)" if len(heads) > limit else "")
+
+
+# Options that `screen` and `ablate` share, defined once.
+MODEL = typer.Argument(..., help="Hub id, local directory, or .gguf file.")
+REVISION = typer.Option(None, help="Hub revision (branch, tag or commit), or the checkpoint subfolder of a local "
+                        "folder of checkpoints.")
+N_EXAMPLES = typer.Option(2000, "--n-examples", "-n", help="Probe sequences.")
+SEQ_LEN = typer.Option(256, help="Probe sequence length T.")
+BATCH_SIZE = typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results).")
+DEVICE = typer.Option("cpu", help="auto (cuda, else mps, else cpu), cpu, cuda[:N] or mps.")
+DTYPE = typer.Option("float32", help="auto (the checkpoint's), float32|fp32, bfloat16|bf16 or float16|fp16.")
+PROBE_SEED = typer.Option(42, "--seed", help="Probe seed.")
+ID_LOW = typer.Option(100, help="Lowest filler token id.")
+ID_HIGH = typer.Option(10000, help="Filler ids are drawn below this.")
+PREPEND_BOS = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS).")
+PROBE = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts).")
+TEXTS = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl.")
+TRUST_REMOTE_CODE = typer.Option(False, help="Let transformers run the model repository's own code.")
+CACHE_DIR = typer.Option(None, help="Hub cache folder [HF_HUB_CACHE].")
+NAME = typer.Option(None, help="The model's name in tables and file names [the hub id, or a local folder's name].")
+
+
+def _screen_config(n_examples: int, seq_len: int, seed: int, id_low: int, id_high: int, prepend_bos: bool,
+                   probe: str, texts: Optional[Path], dtype: str, device: str, batch_size: int):
+    from headtrace.schema import ScreenConfig
 
     config = ScreenConfig(n_examples=n_examples, seq_len=seq_len, seed=seed, id_low=id_low, id_high=id_high,
                           prepend_bos=prepend_bos, probe=probe, texts=str(texts) if texts else None,
                           dtype=dtype, device=device, batch_size=batch_size)
     config.validate()
-    console.print(f"loading {model}" + (f" at {revision}" if revision else ""))
-    with progress_bar(f"screening {model}") as advance:
-        result = screen_checkpoint(model, revision=revision, config=config, out=str(out) if out else None,
-                                   progress=advance)
-    print_screen_summary(result)
+    return config
+
+
+def _default_name(model: str) -> str:
+    """A hub id as it is; a local folder or file by its own name (not its absolute path)."""
+    from headtrace.sources import is_local
+
+    if not is_local(model):
+        return model
+    path = Path(model).expanduser().resolve()
+    return path.stem if path.suffix == ".gguf" else path.name
+
+
+def _label(model: str, revision: Optional[str]) -> str:
+    return model + (f"@{revision}" if revision else "")
+
+
+@app.command()
+def screen(
+    model: str = MODEL,
+    revision: Optional[str] = REVISION,
+    n_examples: int = N_EXAMPLES,
+    seq_len: int = SEQ_LEN,
+    batch_size: int = BATCH_SIZE,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    seed: int = PROBE_SEED,
+    id_low: int = ID_LOW,
+    id_high: int = ID_HIGH,
+    prepend_bos: bool = PREPEND_BOS,
+    probe: str = PROBE,
+    texts: Optional[Path] = TEXTS,
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write Parquet results into this directory."),
+    name: Optional[str] = NAME,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    cache_dir: Optional[Path] = CACHE_DIR,
+    all_heads: bool = typer.Option(False, "--all", help="Print every labelled head, not only the strongest."),
+) -> None:
+    """Screen one checkpoint: classify every head in one streamed pass."""
+    from headtrace.models import preflight
+    from headtrace.screen import screen_checkpoint
+    from headtrace.sources import checkpoint_location
+    from headtrace.store import check_writable
+
+    _quiet_transformers()
+    config = _screen_config(n_examples, seq_len, seed, id_low, id_high, prepend_bos, probe, texts, dtype, device,
+                            batch_size)
+    location, hub_revision, _ = checkpoint_location(model, revision)
+    cache = str(cache_dir) if cache_dir else None
+    with console.status(f"checking {model}"):
+        config, _ = preflight(location, config, hub_revision, trust_remote_code, cache)
     if out:
-        console.print(f"results written to {out}/")
+        check_writable(out)
+    name = name or _default_name(model)
+    console.print(f"loading {_label(model, revision)}", highlight=False)
+    with on_interrupt("nothing was written", again="run it again"), progress_bar(f"screen {name}") as advance:
+        result = screen_checkpoint(model, revision=revision, config=config, out=str(out) if out else None,
+                                   progress=advance, name=name, trust_remote_code=trust_remote_code, cache_dir=cache)
+    print_screen_summary(result, all_heads)
+    if out:
+        console.print(f"results written to {out}/", highlight=False)
 
 
 def _train_with_progress(organism, out: Path, label: str):
@@ -145,15 +274,16 @@ def _train_with_progress(organism, out: Path, label: str):
             listed = out / "revisions.json"
             kept = len(json.loads(listed.read_text())) if listed.is_file() else 0
             console.print(f"interrupted: {kept} finished checkpoints in {out}/ are usable (listed in "
-                          "revisions.json); train again with the same settings to start over")
-            raise typer.Exit(130) from None
+                          "revisions.json); train again with the same settings to start over", highlight=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             torch.set_num_threads(threads)
     if result.reused:
-        console.print(f"{out}/ already holds this organism ({len(result.checkpoints)} checkpoints): reused")
+        console.print(f"{escape(str(out))}/ already holds this organism ({len(result.checkpoints)} checkpoints): "
+                      "reused", highlight=False)
     else:
         console.print(f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in {out}/ "
-                      f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})")
+                      f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})", highlight=False)
     return result
 
 
@@ -162,7 +292,7 @@ def train_organism(
     arch: str = typer.Option("dense", help="dense (GPT-NeoX style), llama, or moe (OLMoE style)."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     seed: int = typer.Option(0, help="Seed of the initialisation and the data."),
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: organisms/ARCH)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory (default: organisms/ARCH)."),
 ) -> None:
     """Train a model organism from scratch on the CPU, saving log-spaced Hugging Face checkpoints."""
     from headtrace.organism import ARCHS, CorpusConfig, Organism, TrainConfig, recipe
@@ -174,12 +304,14 @@ def train_organism(
     organism.validate()
     out = out or Path("organisms") / arch
     _train_with_progress(organism, out, arch)
-    console.print(f"screen it: write a panel with source = \"organism\", path = \"{out}\", then headtrace run PANEL")
+    console.print(f"screen it: write a panel with source = \"organism\", path = \"{out}\", then headtrace run PANEL",
+                  highlight=False)
 
 
 @app.command()
 def demo(
-    out: Path = typer.Option(Path("demo-output"), help="Where the organisms, panel, results and report go."),
+    out: Path = typer.Option(Path("demo-output"), "--out", "-o", help="Where the organisms, panel, results and "
+                             "report go."),
     compare: bool = typer.Option(False, help="Also train an MoE (OLMoE-style) organism on the same data."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     n_examples: int = typer.Option(256, "--n-examples", "-n", help="Probe sequences per checkpoint."),
@@ -188,17 +320,21 @@ def demo(
     import time
 
     from headtrace.organism.demo import DemoPaths, demo_organisms, demo_screen, panel_toml
-    from headtrace.panel import load_panel
     from headtrace.report import build_report
+    from headtrace.store import check_writable
     from headtrace.trajectory import write_findings
 
     started = time.perf_counter()
     paths = DemoPaths(out)
     organisms = demo_organisms(compare=compare, steps=steps)
-    for model, organism in organisms.items():
-        _train_with_progress(organism, paths.organism(model), model)
     first = next(iter(organisms.values()))
     screen_config = demo_screen(first.corpus, n_examples)
+    screen_config.validate()  # before training: a bad setting must not cost the minutes of training
+    for organism in organisms.values():
+        organism.validate()
+    check_writable(out)
+    for model, organism in organisms.items():
+        _train_with_progress(organism, paths.organism(model), model)
     models = {m: str(paths.organism(m).relative_to(out)) for m in organisms}
     paths.panel.write_text(panel_toml("demo", screen_config, models, ablation_seeds=10))
     run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
@@ -206,18 +342,19 @@ def demo(
     write_findings(paths.results)
     page = build_report(paths.results)
     _print_organism_trajectories(paths.results)
-    console.print(f"findings: {paths.results / 'findings.md'}")
+    console.print(f"findings: {paths.results / 'findings.md'}", highlight=False)
     console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
-                  f"[bold]{page.resolve()}[/]\nre-screen with: headtrace run {paths.panel} --out {paths.results}")
+                  f"[bold]{escape(str(page.resolve()))}[/]\nre-screen with: headtrace run {escape(str(paths.panel))} "
+                  f"--out {escape(str(paths.results))}", highlight=False)
 
 
 def _print_organism_trajectories(results_dir: Path) -> None:
     """Per model and checkpoint: top-1, the best induction head, circuit size and sink fraction."""
-    from headtrace.panel import load_results
+    from headtrace.store import load_results
 
     table = load_results(results_dir).sort_values(["model", "tokens"], kind="stable")
     for model, rows in table.groupby("model", sort=True):
-        shown = Table(title=f"{model}: circuits forming over training")
+        shown = Table(title=f"{escape(model)}: circuits forming over training")
         for column in ("revision", "tokens", "top-1", "best induction", ">= 50x", "sinks"):
             shown.add_column(column, justify="left" if column == "revision" else "right", no_wrap=True)
         for revision, heads in rows.groupby("revision", sort=False):
@@ -232,7 +369,7 @@ def print_ablation(result) -> None:
     """The conditions' metrics (matched-random seeds as mean and range), the differential and the verdict."""
     table = result.table
     first = table.iloc[0]
-    shown = Table(title=f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})")
+    shown = Table(title=escape(f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})"))
     for column in ("condition", "heads", "top-1", "top-5", "loss", "logit"):
         shown.add_column(column, justify="left" if column in ("condition", "heads") else "right")
     metrics = ("top1", "top5", "loss", "mean_logit_answer")
@@ -265,48 +402,59 @@ def print_ablation(result) -> None:
 
 @app.command()
 def ablate(
-    model: str = typer.Argument(..., help="Hub id, local directory, or .gguf file."),
+    model: str = MODEL,
     circuit: str = typer.Option(..., help="induction, previous-token, sink (the screen's all-head sets) or heads "
                                 "like L2H11,L4H12."),
-    revision: Optional[str] = typer.Option(None, help="Hub revision (branch, tag or commit)."),
+    revision: Optional[str] = REVISION,
     seeds: int = typer.Option(20, help="Matched-random draws (same layers, same count per layer)."),
     mode: str = typer.Option("zero", help="zero, or mean (the head's mean output over the probe)."),
     seed: int = typer.Option(0, "--ablation-seed", help="Seed of the random draws and the bootstrap."),
     n_bootstrap: int = typer.Option(2000, help="Bootstrap resamples for the differential's interval."),
     singles: bool = typer.Option(True, help="Also ablate each circuit head alone."),
     stack: int = typer.Option(8, help="Conditions per forward pass (memory, not results)."),
-    n_examples: int = typer.Option(2000, "--n-examples", "-n", help="Probe sequences."),
-    seq_len: int = typer.Option(256, help="Probe sequence length T."),
-    batch_size: int = typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results)."),
-    device: str = typer.Option("cpu", help="cpu, cuda or mps."),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
-    probe_seed: int = typer.Option(42, "--seed", help="Probe seed."),
-    id_low: int = typer.Option(100, help="Lowest filler token id."),
-    id_high: int = typer.Option(10000, help="Filler ids are drawn below this."),
-    prepend_bos: bool = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS)."),
-    probe: str = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts)."),
-    texts: Optional[Path] = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl."),
-    out: Optional[Path] = typer.Option(None, help="Results directory: reads a stored screen from it and writes "
-                                       "ablations/<model>@<revision>.parquet."),
+    n_examples: int = N_EXAMPLES,
+    seq_len: int = SEQ_LEN,
+    batch_size: int = BATCH_SIZE,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    probe_seed: int = PROBE_SEED,
+    id_low: int = ID_LOW,
+    id_high: int = ID_HIGH,
+    prepend_bos: bool = PREPEND_BOS,
+    probe: str = PROBE,
+    texts: Optional[Path] = TEXTS,
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory: reads a stored screen from it "
+                                       "and writes ablations/<model>@<revision>.parquet."),
+    name: Optional[str] = NAME,
 ) -> None:
     """Ablate a circuit against matched-random heads: is the circuit necessary?"""
-    from headtrace.ablation import AblationConfig, ablate_checkpoint
-    from headtrace.screen import ScreenConfig
+    from headtrace.ablation import CIRCUITS, AblationConfig, ablate_checkpoint, parse_heads
+    from headtrace.models import preflight
+    from headtrace.sources import checkpoint_location
+    from headtrace.store import check_writable
 
-    config = ScreenConfig(n_examples=n_examples, seq_len=seq_len, seed=probe_seed, id_low=id_low, id_high=id_high,
-                          prepend_bos=prepend_bos, probe=probe, texts=str(texts) if texts else None,
-                          dtype=dtype, device=device, batch_size=batch_size)
-    config.validate()
+    _quiet_transformers()
+    config = _screen_config(n_examples, seq_len, probe_seed, id_low, id_high, prepend_bos,
+                            probe, texts, dtype, device, batch_size)
     ablation = AblationConfig(circuit=circuit, seeds=seeds, mode=mode, seed=seed, n_bootstrap=n_bootstrap,
                               singles=singles, stack=stack)
     ablation.validate()
-    console.print(f"loading {model}" + (f" at {revision}" if revision else ""))
-    with progress_bars(f"screening {model}", "ablating") as (screening, ablating):
+    location, hub_revision, _ = checkpoint_location(model, revision)
+    with console.status(f"checking {model}"):
+        config, layout = preflight(location, config, hub_revision)
+    if layout is not None and circuit.strip() not in CIRCUITS:
+        parse_heads(circuit, layout, model)
+    if out:
+        check_writable(out)
+    name = name or _default_name(model)
+    console.print(f"loading {_label(model, revision)}", highlight=False)
+    with on_interrupt("nothing was written", again="run it again"), \
+            progress_bars(f"screen {name}", "ablate") as (screening, ablating):
         result = ablate_checkpoint(model, revision, config, ablation, out=out, screen_progress=screening,
-                                   progress=ablating)
+                                   progress=ablating, name=name)
     print_ablation(result)
     if out:
-        console.print(f"results written to {out}/ablations/")
+        console.print(f"results written to {out}/ablations/", highlight=False)
 
 
 STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim"}
@@ -326,16 +474,19 @@ def findings(
     from headtrace.trajectory import TrajectoryConfig, write_findings
 
     options = {"sharp_share": sharp_share, "early_share": early_share, "pr_rise_fraction": pr_rise_fraction}
-    table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}))
-    shown = Table(title=f"findings: {results}", show_lines=True)
-    for column in ("model", "finding", "status"):
-        shown.add_column(column, no_wrap=True)
-    shown.add_column("statement", overflow="fold", min_width=40)
+    with console.status(f"computing the findings of {results}"):
+        table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}))
+    shown = Table(title=f"findings: {escape(str(results))}", show_lines=True)
+    shown.add_column("model", overflow="fold", max_width=24)
+    shown.add_column("finding", overflow="fold", max_width=26)
+    shown.add_column("status", no_wrap=True)
+    shown.add_column("statement", overflow="fold", ratio=1, min_width=24)
     for row in table.itertuples():
         style = STATUS_STYLE.get(row.status, "")
-        shown.add_row(row.model, f"{row.finding} {row.title}", f"[{style}]{row.status}[/]", row.statement)
+        shown.add_row(escape(row.model), escape(f"{row.finding} {row.title}"), f"[{style}]{escape(row.status)}[/]",
+                      escape(row.statement))
     out_console.print(shown)
-    console.print(f"written: {results / 'findings.parquet'}, {results / 'findings.md'}")
+    console.print(f"written: {results / 'findings.parquet'}, {results / 'findings.md'}", highlight=False)
 
 
 @app.command("import-reference")
@@ -346,8 +497,9 @@ def import_reference(
     """Import the reference implementation's JSON results as a headtrace results directory."""
     from headtrace.reference import import_reference as convert
 
-    written = convert(files, out)
-    console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}")
+    with console.status(f"importing {len(files)} reference files"):
+        written = convert(files, out)
+    console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}", highlight=False)
 
 
 @app.command()
@@ -358,8 +510,9 @@ def report(
     """One self-contained HTML page of the panel's trajectories and findings, plus each figure as PNG and SVG."""
     from headtrace.report import build_report
 
-    page = build_report(results, out)
-    console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)")
+    with console.status(f"drawing the report of {results}"):
+        page = build_report(results, out)
+    console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)", highlight=False)
 class PanelDisplay:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 
@@ -370,7 +523,7 @@ class PanelDisplay:
         if plan.stale_lock:
             console.print(f"took over the lock of a run that died (pid {plan.stale_lock.get('pid')})")
         done, todo = len(plan.skipped), len(plan.computed) + len(plan.recomputed)
-        console.print(f"{self.name}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
+        console.print(f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
                       + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
                       + (f", {len(plan.to_ablate)} to ablate" if plan.to_ablate else "")
                       + (f" ({len(plan.ablations_skipped)} ablations done)" if plan.ablations_skipped else ""))
@@ -406,17 +559,17 @@ class PanelDisplay:
         self.done += 1
         self.progress.update(self.panel, completed=self.done, info=f"{self.done}/{self.total} revisions")
         if result.error:
-            message = f"[red]failed[/] {result.task.label}: {result.error}"
+            message = f"[red]failed[/] {escape(result.task.label)}: {escape(result.error)}"
             self.progress.console.print(message, highlight=False)
 
     def warn(self, message: str) -> None:
-        self.progress.console.print(f"[bold red]WARNING:[/] {message}", highlight=False)
+        self.progress.console.print(f"[bold red]WARNING:[/] {escape(message)}", highlight=False)
 
 
 @app.command()
 def run(
     panel: Path = typer.Argument(..., help="Panel file (TOML): models, revisions, screen config."),
-    out: Optional[Path] = typer.Option(None, help="Results directory (default: results/<panel name>)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory (default: results/<panel name>)."),
     executor: str = typer.Option("local", help="local (this process) or ray."),
     address: Optional[str] = typer.Option(None, help="Ray cluster to attach to (default: start one here)."),
     keep_checkpoints: bool = typer.Option(False, help="Keep downloaded checkpoints in the hub cache."),
@@ -430,32 +583,37 @@ def run(
     from headtrace.executors import RayOptions
     from headtrace.panel import load_panel, run_panel
 
+    _quiet_transformers()
     spec = load_panel(panel)
     out = out or Path("results") / spec.name
+    kept = f"finished revisions in {out}/ are kept and a re-run skips them"
     columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
+    with on_interrupt(kept), Progress(*columns, console=console) as progress:
         display = PanelDisplay(progress, spec.name)
         ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
                          max_retries=max_retries)
         result = run_panel(spec, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch,
                            ray=ray, reporter=display, on_start=display.start)
     for model, revision, same in result.identical:
-        console.print(f"[bold red]WARNING: identical weights:[/] {model} {revision} has the same weight "
-                      f"files as {same}; the source may serve the wrong checkpoint for one of them "
+        console.print(f"[bold red]WARNING: identical weights:[/] {escape(model)} {escape(revision)} has the same "
+                      f"weight files as {escape(same)}; the source may serve the wrong checkpoint for one of them "
                       "(cf. Pythia issue #205)", highlight=False)
     console.print(f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
                   + (f", {len(result.ablated)} ablated" if result.ablated else "")
-                  + f"); summary: headtrace results {out}")
+                  + f"); summary: headtrace results {out}", highlight=False)
     for label, error in result.ablation_failed.items():
-        console.print(f"[bold yellow]ablation not run[/] for {label}: {error}", highlight=False)
+        console.print(f"[bold yellow]ablation not run[/] for {escape(label)}: {escape(error)}", highlight=False)
     if result.stopped_by:
-        raise HeadtraceError(f"the panel stopped at {result.stopped_by} (re-run the same command once "
-                             "that is fixed: finished revisions are kept)")
-    if result.failed:
-        raise HeadtraceError(f"{len(result.failed)} of {len(result.planned)} revisions failed "
-                             f"({', '.join(result.failed)}); fix the cause and re-run the same command: "
-                             "finished revisions are kept")
+        raise WorkFailed(f"the panel stopped at {result.stopped_by} (re-run the same command once "
+                         "that is fixed: finished revisions are kept)")
+    if result.failed or result.ablation_failed:
+        failed = [f"{len(result.failed)} of {len(result.planned)} revisions failed ({', '.join(result.failed)})"
+                  if result.failed else "",
+                  f"{len(result.ablation_failed)} ablations did not run ({', '.join(result.ablation_failed)})"
+                  if result.ablation_failed else ""]
+        raise WorkFailed("; ".join(f for f in failed if f) + "; fix the cause and re-run the same command: "
+                         "finished revisions are kept")
 
 
 def _tokens_text(tokens: float) -> str:
@@ -470,14 +628,17 @@ def _tokens_text(tokens: float) -> str:
 @app.command()
 def results(
     out: Path = typer.Argument(..., help="Results directory written by `headtrace run` or `screen --out`."),
-    save: Optional[Path] = typer.Option(None, help="Also save the one-table view (.parquet or .csv)."),
+    save: Optional[Path] = typer.Option(None, help="Also save the one-table view: .parquet, .csv or .json (the "
+                                        "extension names the format)."),
 ) -> None:
     """Load a results directory into one table and print a summary per model and revision."""
-    from headtrace.panel import load_results
+    from headtrace.store import check_save_path, load_results, save_table
 
+    if save:
+        check_save_path(save)
     table = load_results(out)
     runs = table.drop_duplicates(["model", "revision"])
-    summary = Table(title=f"{out}: {len(runs)} revisions, {len(table)} heads")
+    summary = Table(title=f"{escape(str(out))}: {len(runs)} revisions, {len(table)} heads")
     for column in ("model", "revision", "tokens", "top-1", "induction heads", "sink heads", "underflow",
                    "same weights as"):
         summary.add_column(column, justify="right" if column in ("tokens", "top-1", "underflow") else "left")
@@ -485,7 +646,7 @@ def results(
         row = heads.iloc[0]
         circuit = list(heads.loc[heads.induction_circuit, "head_id"])
         shown = ", ".join(circuit[:4]) + (", ..." if len(circuit) > 4 else "")
-        summary.add_row(model, revision, _tokens_text(row.tokens), f"{row.top1:.3f}",
+        summary.add_row(escape(model), escape(revision), _tokens_text(row.tokens), f"{row.top1:.3f}",
                         f"{len(circuit)} ({shown})" if circuit else "0",
                         f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}",
                         str(int(heads.baseline_underflow.sum())),
@@ -495,19 +656,19 @@ def results(
         console.print("[bold red]WARNING:[/] some revisions have identical weight files (column "
                       "same_weights_as): the source may serve the wrong checkpoint for them")
     if save:
-        table.to_csv(save, index=False) if save.suffix == ".csv" else table.to_parquet(save, index=False)
-        console.print(f"saved {len(table)} rows to {save}")
+        save_table(table, save)
+        console.print(f"saved {len(table)} rows to {save}", highlight=False)
 
 
 def main() -> None:
-    """Entry point: bad input ends with one line on stderr and exit code 2, never a traceback.
-
-    Usage errors are click's (exit 2); HeadtraceError is raised by the stages for everything else."""
+    """Entry point: every failure ends in one line on stderr, never a traceback; the exit code says
+    which kind (headtrace.errors): 2 bad input or usage (click's usage errors too), 3 some work
+    failed, 130 interrupted."""
     try:
         app()
     except HeadtraceError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":
