@@ -428,7 +428,7 @@ def ablate(
     name: Optional[str] = NAME,
 ) -> None:
     """Ablate a circuit against matched-random heads: is the circuit necessary?"""
-    from headtrace.ablation import CIRCUITS, AblationConfig, ablate_checkpoint, parse_heads
+    from headtrace.ablation import AblationConfig, ablate_checkpoint
     from headtrace.models import preflight
     from headtrace.sources import checkpoint_location
     from headtrace.store import check_writable
@@ -441,9 +441,7 @@ def ablate(
     ablation.validate()
     location, hub_revision, _ = checkpoint_location(model, revision)
     with console.status(f"checking {model}"):
-        config, layout = preflight(location, config, hub_revision)
-    if layout is not None and circuit.strip() not in CIRCUITS:
-        parse_heads(circuit, layout, model)
+        config, _ = preflight(location, config, hub_revision, circuit=circuit)
     if out:
         check_writable(out)
     name = name or _default_name(model)

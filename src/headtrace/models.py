@@ -336,9 +336,10 @@ def _locate(model: str) -> tuple[str, dict]:
 
 
 def preflight(model: str, config: ScreenConfig, revision: str | None = None, trust_remote_code: bool = False,
-              cache_dir: str | None = None) -> tuple[ScreenConfig, HeadLayout | None]:
+              cache_dir: str | None = None, circuit: str | None = None) -> tuple[ScreenConfig, HeadLayout | None]:
     """Check all that can be checked before the weights load (minutes for a large model): device and
-    dtype, local weight files, and from the model's config its architecture, context and vocabulary.
+    dtype, from the model's config its architecture, context, vocabulary and the heads a `circuit`
+    names, and local weight files.
 
     Returns the config with `auto` device and dtype resolved, and the head layout the model's config
     describes (None when that config cannot be read: loading then reports why)."""
@@ -356,9 +357,8 @@ def preflight(model: str, config: ScreenConfig, revision: str | None = None, tru
         hf_config = None
     dtype = config.dtype if config.dtype != "auto" else _auto_dtype(hf_config, device)
     config = dataclasses.replace(config, device=str(device), dtype=DTYPE_ALIASES.get(dtype, dtype))
-    if Path(location).is_dir() and not kwargs:
-        check_safetensors(Path(location).iterdir())
     if hf_config is None:
+        check_weights(location, kwargs)
         return config, None
     if hf_config.model_type not in ARCHITECTURES:
         raise unsupported_architecture(hf_config.model_type, ", ".join(hf_config.architectures or []) or "config")
@@ -369,7 +369,19 @@ def preflight(model: str, config: ScreenConfig, revision: str | None = None, tru
     layout = HeadLayout(n_layers=_first_attr(hf_config, "num_hidden_layers", "n_layer"), n_heads=n_heads,
                         n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads,
                         head_dim=getattr(hf_config, "head_dim", None) or hidden // n_heads)
+    if circuit is not None:
+        from headtrace.ablation import CIRCUITS, parse_heads
+
+        if circuit.strip() not in CIRCUITS:
+            parse_heads(circuit, layout, model)
+    check_weights(location, kwargs)
     return config, layout
+
+
+def check_weights(location: str, kwargs: dict) -> None:
+    """A local folder's .safetensors files are readable (their headers match their sizes)."""
+    if Path(location).is_dir() and not kwargs:
+        check_safetensors(Path(location).iterdir())
 
 
 def check_probe_fits(config: ScreenConfig, max_positions: int | None, vocab_size: int | None) -> None:
