@@ -75,13 +75,13 @@ def test_a_revision_of_a_local_checkpoint_is_refused_and_a_series_serves_its_sub
     out = tmp_path / "out"
     for model in (series / "step1", tmp_path / "model.gguf"):
         (tmp_path / "model.gguf").write_bytes(b"GGUF")
-        line = one_line_error(headtrace("screen", model, "--revision", "step999", *SMALL, "-o", out))
+        line = one_line_error(headtrace("screen", model, "--revision", "step999", *SMALL, "--out", out))
         assert f"--revision step999 does not apply to '{model}'" in line and "drop --revision" in line
     assert not out.exists()
     assert "revision 'step9' does not exist; closest: step3, step2, step1" in one_line_error(
         headtrace("screen", series, "--revision", "step9", *SMALL))
 
-    proc = headtrace("screen", series, "--revision", "step2", *SMALL, "-o", out)
+    proc = headtrace("screen", series, "--revision", "step2", *SMALL, "--out", out)
     assert proc.returncode == 0, proc.stderr
     stored = pd.read_parquet(out / "heads")
     assert set(stored.model) == {"tiny-series"} and set(stored.revision) == {"step2"}
@@ -99,7 +99,7 @@ def test_a_truncated_weights_file_is_one_line_and_in_a_panel_fails_its_revision_
     checkpoints = save_checkpoints(tmp_path / "ckpt")
     weights = checkpoints / "step2" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100_000])
-    proc = headtrace("run", local_panel(tmp_path, checkpoints, REVISIONS), "-o", tmp_path / "out")
+    proc = headtrace("run", local_panel(tmp_path, checkpoints, REVISIONS), "--out", tmp_path / "out")
     line = one_line_error(proc, EXIT_FAILED)
     assert "1 of 3 revisions failed (tiny/neox@step2)" in line
     assert str(weights) in " ".join(proc.stderr.split())
@@ -168,7 +168,7 @@ def test_an_unwritable_out_fails_before_the_screen_with_the_right_advice(series,
 
 def test_demo_checks_its_screen_settings_before_training(tmp_path):
     start = time.perf_counter()
-    assert "n-examples must be >= 1" in one_line_error(headtrace("demo", "-n", "0", "-o", tmp_path / "d",
+    assert "n-examples must be >= 1" in one_line_error(headtrace("demo", "-n", "0", "--out", tmp_path / "d",
                                                                   timeout=120))
     assert not (tmp_path / "d").exists() and time.perf_counter() - start < 60
 
@@ -179,7 +179,7 @@ def test_demo_checks_its_screen_settings_before_training(tmp_path):
 def test_exit_codes_tell_usage_errors_from_failed_work(series, tmp_path):
     assert headtrace("screen", series, "--no-such-option").returncode == EXIT_USAGE
     panel = local_panel(tmp_path, series, REVISIONS[:1], extra='[ablation]\ncircuit = "L7H0"\nseeds = 2\n')
-    line = one_line_error(headtrace("run", panel, "-o", tmp_path / "out"), EXIT_FAILED)
+    line = one_line_error(headtrace("run", panel, "--out", tmp_path / "out"), EXIT_FAILED)
     assert "1 ablations did not run (tiny/neox@step1)" in line
     assert (tmp_path / "out" / "runs" / "tiny--neox@step1.parquet").is_file()  # the screen itself is kept
 
@@ -188,7 +188,7 @@ def test_ctrl_c_keeps_finished_revisions_and_prints_the_command_that_resumes(ser
     panel = local_panel(tmp_path, series, REVISIONS)
     panel.write_text(panel.read_text().replace("n_examples = 16", "n_examples = 3000"))
     out = tmp_path / "out"
-    process = subprocess.Popen([sys.executable, "-m", "headtrace", "run", str(panel), "-o", str(out)],
+    process = subprocess.Popen([sys.executable, "-m", "headtrace", "run", str(panel), "--out", str(out)],
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "300"})
     deadline = time.monotonic() + 240
     while not list((out / "runs").glob("*.parquet")) and process.poll() is None and time.monotonic() < deadline:
@@ -199,7 +199,7 @@ def test_ctrl_c_keeps_finished_revisions_and_prints_the_command_that_resumes(ser
     assert "Traceback" not in stderr
     last = stderr.strip().splitlines()[-1]
     assert last == (f"interrupted: finished revisions in {out}/ are kept and a re-run skips them; resume with: "
-                    f"headtrace run {panel} -o {out}")
+                    f"headtrace run {panel} --out {out}")
     assert 1 <= len(list((out / "runs").glob("*.parquet"))) < 3
     assert not [p for p in out.rglob("*.tmp")]
 
@@ -242,11 +242,65 @@ finally:
 
 
 def test_analysis_commands_and_usage_errors_import_neither_torch_nor_transformers(imported, tmp_path):
-    commands = [["results", imported], ["findings", imported], ["report", imported, "-o", tmp_path / "report"],
-                ["import-reference", REFERENCE / "screen_step1.json", "-o", tmp_path / "imported"],
+    commands = [["results", imported], ["findings", imported], ["report", imported, "--out", tmp_path / "report"],
+                ["import-reference", REFERENCE / "screen_step1.json", "--out", tmp_path / "imported"],
                 ["screen", "--no-such-option"], ["--version"], ["results", tmp_path / "nothing-here"]]
     for args in commands:
         proc = subprocess.run([sys.executable, "-c", WRAPPER, *map(str, args)], capture_output=True, text=True,
                               timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
         assert proc.returncode in (0, EXIT_USAGE), proc.stderr
         assert "heavy modules: []" in proc.stderr, (args, proc.stderr)
+
+
+# Items 10 and 11: output that fits a terminal, the conventions users expect ---------------------
+
+
+def test_the_screen_summary_lists_the_strongest_heads_and_all_prints_every_one():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from headtrace.cli import STRONGEST, out_console, print_screen_summary
+    from headtrace.models import ModelAdapter
+    from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+    from headtrace.screen import screen
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=10240, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
+                                         num_attention_heads=4, max_position_embeddings=128))
+    config = ScreenConfig(n_examples=8, seq_len=64, label_threshold=0.0)  # every head gets a label
+    result = screen(ModelAdapter(model.eval()), synthetic_induction(SyntheticInductionSpec(n_examples=8, seq_len=64)),
+                    config, model_name="m", revision="r")
+    result.run["ceiling_induction"] = 1234.0
+    for all_heads, rows in ((False, STRONGEST), (True, 16)):
+        with out_console.capture() as captured:
+            print_screen_summary(result, all_heads)
+        text = captured.get()
+        assert sum(line.lstrip("│ ").startswith("L") and "H" in line[:8] for line in text.splitlines()) == rows
+    assert "(--all: every one)" not in text and "all 16 labelled heads" in text
+    for said in ("induction circuit (>= 50x)", "sink heads (first-token >= 30x)", "top-1 at the query",
+                 "selectivity ceilings of this probe: induction 1234x"):
+        assert said in text
+
+
+def test_conventions_version_help_dtype_and_device_aliases_and_a_short_default_name(series, tmp_path):
+    assert headtrace("--version").stdout.strip().startswith("headtrace ")
+    assert "--trust-remote-code" in headtrace("screen", "-h").stdout
+    line = one_line_error(headtrace("screen", series / "step1", "--dtype", "fp64"))
+    assert "unknown dtype 'fp64'; use auto, float32, bfloat16, float16 (or fp32, bf16, fp16)" in line
+    proc = headtrace("screen", series / "step1", *SMALL, "--dtype", "auto", "--device", "auto", "-o", tmp_path / "a")
+    assert proc.returncode == 0, proc.stderr
+    proc = headtrace("screen", series / "step1", *SMALL, "--dtype", "fp32", "--name", "mine", "-o", tmp_path / "b")
+    assert proc.returncode == 0, proc.stderr
+    first, named = (pd.read_parquet(tmp_path / folder / "runs").iloc[0] for folder in ("a", "b"))
+    assert (first["model"], first["device"], first["dtype"]) == ("step1", "cpu", "float32")  # the folder's name, not its path
+    assert named.model == "mine" and json.loads(named.config_json)["dtype"] == "float32"
+
+
+def test_the_findings_table_wraps_its_statements_at_80_columns(imported):
+    proc = subprocess.run([sys.executable, "-m", "headtrace", "findings", str(imported)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 80
+    table = pd.read_parquet(imported / "findings.parquet")
+    cells = [line.split("│")[4] for line in proc.stdout.splitlines() if line.count("│") == 5]
+    shown = " ".join(" ".join(cells).split())  # the statement column, its wrapped lines joined
+    for statement in table.statement:
+        assert " ".join(statement.split()) in shown

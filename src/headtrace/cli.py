@@ -475,10 +475,11 @@ def findings(
     with console.status(f"computing the findings of {results}"):
         table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}))
     shown = Table(title=f"findings: {escape(str(results))}", show_lines=True)
-    shown.add_column("model", overflow="fold", max_width=24)
-    shown.add_column("finding", overflow="fold", max_width=26)
+    # Widths in proportion to the terminal's, so that the statements wrap instead of collapsing.
+    shown.add_column("model", overflow="fold", ratio=2)
+    shown.add_column("finding", overflow="fold", ratio=2)
     shown.add_column("status", no_wrap=True)
-    shown.add_column("statement", overflow="fold", ratio=1, min_width=24)
+    shown.add_column("statement", overflow="fold", ratio=6)
     for row in table.itertuples():
         style = STATUS_STYLE.get(row.status, "")
         shown.add_row(escape(row.model), escape(f"{row.finding} {row.title}"), f"[{style}]{escape(row.status)}[/]",
