@@ -163,7 +163,7 @@ def test_an_unwritable_out_fails_before_the_screen_with_the_right_advice(series,
                           env={**os.environ, "COLUMNS": "200"})
     line = one_line_error(proc)
     assert "Read-only file system" in line and "pick another --out" in line and "free space" not in line
-    assert "loading" not in proc.stderr  # refused before the model loaded
+    assert "load step1" not in proc.stderr  # refused before the model loaded
 
 
 def test_demo_checks_its_screen_settings_before_training(tmp_path):

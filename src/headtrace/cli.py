@@ -51,10 +51,13 @@ def _quiet_transformers() -> None:
     download bars, which transformers' switch also turns off, are turned back on."""
     import huggingface_hub
     import transformers
+    from transformers import modeling_gguf_pytorch_utils
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     huggingface_hub.utils.enable_progress_bars()
+    # The GGUF reader draws a plain tqdm bar; transformers' own tqdm obeys the switch above.
+    modeling_gguf_pytorch_utils.tqdm = transformers.utils.logging.tqdm
 
 
 @contextmanager
@@ -69,19 +72,23 @@ def on_interrupt(kept: str, again: str = "resume with") -> Iterator[None]:
 
 
 @contextmanager
-def progress_bars(*descriptions: str) -> Iterator[list[Callable[[int, int], None]]]:
+def progress_bars(*descriptions: str, waiting: str | None = None) -> Iterator[list[Callable[[int, int], None]]]:
     """Rich progress bars (one display), each appearing with its first update; yields a
-    callback(advance, total) per description."""
+    callback(advance, total) per description. Until the first update, `waiting` (e.g. "load the
+    model") shows as a pulsing bar with its elapsed time, so a long load never looks stuck."""
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as bar:
+        pending = [bar.add_task(escape(waiting), total=None)] if waiting else []
 
         def updater(description: str) -> Callable[[int, int], None]:
             tasks: list = []
 
             def update(advance: int, total: int) -> None:
                 if not tasks:
-                    tasks.append(bar.add_task(description, total=total))
+                    while pending:
+                        bar.remove_task(pending.pop())
+                    tasks.append(bar.add_task(escape(description), total=total))
                 bar.advance(tasks[0], advance)
 
             return update
@@ -90,9 +97,9 @@ def progress_bars(*descriptions: str) -> Iterator[list[Callable[[int, int], None
 
 
 @contextmanager
-def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+def progress_bar(description: str, waiting: str | None = None) -> Iterator[Callable[[int, int], None]]:
     """A rich progress bar that appears with the first update; yields callback(advance, total)."""
-    with progress_bars(description) as (update,):
+    with progress_bars(description, waiting=waiting) as (update,):
         yield update
 
 
@@ -240,8 +247,8 @@ def screen(
     if out:
         check_writable(out)
     name = name or _default_name(model)
-    console.print(f"loading {_label(model, revision)}", highlight=False)
-    with on_interrupt("nothing was written", again="run it again"), progress_bar(f"screen {name}") as advance:
+    with on_interrupt("nothing was written", again="run it again"), \
+            progress_bar(f"screen {name}", waiting=f"load {_label(name, revision)}") as advance:
         result = screen_checkpoint(model, revision=revision, config=config, out=str(out) if out else None,
                                    progress=advance, name=name, trust_remote_code=trust_remote_code, cache_dir=cache)
     print_screen_summary(result, all_heads)
@@ -445,9 +452,8 @@ def ablate(
     if out:
         check_writable(out)
     name = name or _default_name(model)
-    console.print(f"loading {_label(model, revision)}", highlight=False)
     with on_interrupt("nothing was written", again="run it again"), \
-            progress_bars(f"screen {name}", "ablate") as (screening, ablating):
+            progress_bars(f"screen {name}", "ablate", waiting=f"load {_label(name, revision)}") as (screening, ablating):
         result = ablate_checkpoint(model, revision, config, ablation, out=out, screen_progress=screening,
                                    progress=ablating, name=name)
     print_ablation(result)
@@ -517,8 +523,11 @@ class PanelDisplay:
 
     def __init__(self, progress: Progress, name: str):
         self.progress, self.name = progress, name
+        # Listing revisions asks the hub (retried when it fails): a pulsing bar until the plan stands.
+        self.planning = progress.add_task(f"list the revisions of {escape(name)}", total=None, info="")
 
     def start(self, plan) -> None:
+        self.progress.remove_task(self.planning)
         if plan.stale_lock:
             console.print(f"took over the lock of a run that died (pid {plan.stale_lock.get('pid')})")
         done, todo = len(plan.skipped), len(plan.computed) + len(plan.recomputed)
