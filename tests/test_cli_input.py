@@ -18,7 +18,6 @@ from headtrace.panel import _existing_runs
 from headtrace.schema import ScreenConfig
 from headtrace.screen import screen_checkpoint
 from headtrace.store import write_shard
-from models_zoo import tiny_model
 from panel_helpers import REVISIONS, local_panel, save_checkpoints
 
 EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 2, 3, 130  # the documented exit codes (docs/reliability.md)
