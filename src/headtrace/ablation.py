@@ -448,6 +448,8 @@ def ablate_checkpoint(
     adapter: ModelAdapter | None = None,
     probe: Probe | None = None,
     name: str | None = None,
+    trust_remote_code: bool = False,
+    cache_dir: str | None = None,
 ) -> AblationResult:
     """Load MODEL at `revision` (unless `adapter` is given), build the probe (unless given), find the
     circuit, ablate, optionally write DIR/ablations/<model>@<revision>.parquet; the tables label the
@@ -465,8 +467,10 @@ def ablate_checkpoint(
     location, hub_revision, found_tokens = (model, revision, None) if adapter else checkpoint_location(model, revision)
     tokens = found_tokens if tokens is None else tokens
     adapter = adapter or load_model(location, revision=hub_revision, dtype=screen_config.dtype,
-                                    device=screen_config.device)
-    probe = probe or build_probe(screen_config, lambda: load_tokenizer(location, hub_revision))
+                                    device=screen_config.device, trust_remote_code=trust_remote_code,
+                                    cache_dir=cache_dir)
+    probe = probe or build_probe(screen_config,
+                                 lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
     name = name or model
     circuit, source = resolve_circuit(config, adapter, probe, screen_config, name, revision, tokens, out,
                                       screen_progress)

@@ -242,7 +242,7 @@ def screen(
                             batch_size)
     location, hub_revision, _ = checkpoint_location(model, revision)
     cache = str(cache_dir) if cache_dir else None
-    with console.status(f"checking {model}"):
+    with console.status(f"checking {escape(model)}"):
         config, _ = preflight(location, config, hub_revision, trust_remote_code, cache)
     if out:
         check_writable(out)
@@ -253,7 +253,7 @@ def screen(
                                    progress=advance, name=name, trust_remote_code=trust_remote_code, cache_dir=cache)
     print_screen_summary(result, all_heads)
     if out:
-        console.print(f"results written to {out}/", highlight=False)
+        console.print(f"results written to {out}/", highlight=False, markup=False)
 
 
 def _train_with_progress(organism, out: Path, label: str):
@@ -280,7 +280,7 @@ def _train_with_progress(organism, out: Path, label: str):
             bar.stop()
             listed = out / "revisions.json"
             kept = len(json.loads(listed.read_text())) if listed.is_file() else 0
-            console.print(f"interrupted: {kept} finished checkpoints in {out}/ are usable (listed in "
+            console.print(f"interrupted: {kept} finished checkpoints in {escape(str(out))}/ are usable (listed in "
                           "revisions.json); train again with the same settings to start over", highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
@@ -289,7 +289,8 @@ def _train_with_progress(organism, out: Path, label: str):
         console.print(f"{escape(str(out))}/ already holds this organism ({len(result.checkpoints)} checkpoints): "
                       "reused", highlight=False)
     else:
-        console.print(f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in {out}/ "
+        console.print(f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in "
+                      f"{escape(str(out))}/ "
                       f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})", highlight=False)
     return result
 
@@ -311,7 +312,8 @@ def train_organism(
     organism.validate()
     out = out or Path("organisms") / arch
     _train_with_progress(organism, out, arch)
-    console.print(f"screen it: write a panel with source = \"organism\", path = \"{out}\", then headtrace run PANEL",
+    console.print(f"screen it: write a panel with source = \"organism\", path = \"{escape(str(out))}\", then "
+                  "headtrace run PANEL",
                   highlight=False)
 
 
@@ -349,7 +351,7 @@ def demo(
     write_findings(paths.results)
     page = build_report(paths.results)
     _print_organism_trajectories(paths.results)
-    console.print(f"findings: {paths.results / 'findings.md'}", highlight=False)
+    console.print(f"findings: {escape(str(paths.results / 'findings.md'))}", highlight=False)
     console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
                   f"[bold]{escape(str(page.resolve()))}[/]\nre-screen with: headtrace run {escape(str(paths.panel))} "
                   f"--out {escape(str(paths.results))}", highlight=False)
@@ -433,6 +435,8 @@ def ablate(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory: reads a stored screen from it "
                                        "and writes ablations/<model>@<revision>.parquet."),
     name: Optional[str] = NAME,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
     """Ablate a circuit against matched-random heads: is the circuit necessary?"""
     from headtrace.ablation import AblationConfig, ablate_checkpoint
@@ -447,18 +451,20 @@ def ablate(
                               singles=singles, stack=stack)
     ablation.validate()
     location, hub_revision, _ = checkpoint_location(model, revision)
-    with console.status(f"checking {model}"):
-        config, _ = preflight(location, config, hub_revision, circuit=circuit)
+    cache = str(cache_dir) if cache_dir else None
+    with console.status(f"checking {escape(model)}"):
+        config, _ = preflight(location, config, hub_revision, trust_remote_code, cache, circuit=circuit)
     if out:
         check_writable(out)
     name = name or _default_name(model)
     with on_interrupt("nothing was written", again="run it again"), \
             progress_bars(f"screen {name}", "ablate", waiting=f"load {_label(name, revision)}") as (screening, ablating):
         result = ablate_checkpoint(model, revision, config, ablation, out=out, screen_progress=screening,
-                                   progress=ablating, name=name)
+                                   progress=ablating, name=name, trust_remote_code=trust_remote_code,
+                                   cache_dir=cache)
     print_ablation(result)
     if out:
-        console.print(f"results written to {out}/ablations/", highlight=False)
+        console.print(f"results written to {out}/ablations/", highlight=False, markup=False)
 
 
 STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim"}
@@ -478,7 +484,7 @@ def findings(
     from headtrace.trajectory import TrajectoryConfig, write_findings
 
     options = {"sharp_share": sharp_share, "early_share": early_share, "pr_rise_fraction": pr_rise_fraction}
-    with console.status(f"computing the findings of {results}"):
+    with console.status(f"computing the findings of {escape(str(results))}"):
         table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}))
     shown = Table(title=f"findings: {escape(str(results))}", show_lines=True)
     # Widths in proportion to the terminal's, so that the statements wrap instead of collapsing.
@@ -491,7 +497,7 @@ def findings(
         shown.add_row(escape(row.model), escape(f"{row.finding} {row.title}"), f"[{style}]{escape(row.status)}[/]",
                       escape(row.statement))
     out_console.print(shown)
-    console.print(f"written: {results / 'findings.parquet'}, {results / 'findings.md'}", highlight=False)
+    console.print(f"written: {results / 'findings.parquet'}, {results / 'findings.md'}", highlight=False, markup=False)
 
 
 @app.command("import-reference")
@@ -504,7 +510,7 @@ def import_reference(
 
     with console.status(f"importing {len(files)} reference files"):
         written = convert(files, out)
-    console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}", highlight=False)
+    console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}", highlight=False, markup=False)
 
 
 @app.command()
@@ -515,9 +521,9 @@ def report(
     """One self-contained HTML page of the panel's trajectories and findings, plus each figure as PNG and SVG."""
     from headtrace.report import build_report
 
-    with console.status(f"drawing the report of {results}"):
+    with console.status(f"drawing the report of {escape(str(results))}"):
         page = build_report(results, out)
-    console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)", highlight=False)
+    console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)", highlight=False, markup=False)
 class PanelDisplay:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 
@@ -529,7 +535,7 @@ class PanelDisplay:
     def start(self, plan) -> None:
         self.progress.remove_task(self.planning)
         if plan.stale_lock:
-            console.print(f"took over the lock of a run that died (pid {plan.stale_lock.get('pid')})")
+            console.print(f"took over the lock of a run that died (pid {plan.stale_lock.get('pid')})", markup=False)
         done, todo = len(plan.skipped), len(plan.computed) + len(plan.recomputed)
         console.print(f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
                       + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
@@ -609,7 +615,7 @@ def run(
                       "(cf. Pythia issue #205)", highlight=False)
     console.print(f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
                   + (f", {len(result.ablated)} ablated" if result.ablated else "")
-                  + f"); summary: headtrace results {out}", highlight=False)
+                  + f"); summary: headtrace results {out}", highlight=False, markup=False)
     for label, error in result.ablation_failed.items():
         console.print(f"[bold yellow]ablation not run[/] for {escape(label)}: {escape(error)}", highlight=False)
     if result.stopped_by:
@@ -665,7 +671,7 @@ def results(
                       "same_weights_as): the source may serve the wrong checkpoint for them")
     if save:
         save_table(table, save)
-        console.print(f"saved {len(table)} rows to {save}", highlight=False)
+        console.print(f"saved {len(table)} rows to {save}", highlight=False, markup=False)
 
 
 def main() -> None:
