@@ -97,10 +97,10 @@ def check_writable(out_dir: str | Path, option: str = "--out") -> None:
         raise HeadtraceError(cannot_write(out_dir, exc, option)) from None
 
 
-def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+def read_table(path: Path) -> pd.DataFrame:
     """One Parquet file of a results directory; a corrupt or truncated one becomes one line naming it."""
     try:
-        return pd.read_parquet(path, columns=columns)
+        return pd.read_parquet(path)
     except (OSError, pyarrow.ArrowException) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise HeadtraceError(
