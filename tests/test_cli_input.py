@@ -288,6 +288,7 @@ def test_conventions_version_help_dtype_and_device_aliases_and_a_short_default_n
     assert proc.returncode == 0, proc.stderr
     proc = headtrace("screen", series / "step1", *SMALL, "--dtype", "fp32", "--name", "mine", "-o", tmp_path / "b")
     assert proc.returncode == 0, proc.stderr
+    assert "screen mine " in proc.stderr and str(series) not in proc.stderr  # a short label leaves room for the bar
     first, named = (pd.read_parquet(tmp_path / folder / "runs").iloc[0] for folder in ("a", "b"))
     assert (first["model"], first["device"], first["dtype"]) == ("step1", "cpu", "float32")  # the folder's name, not its path
     assert named.model == "mine" and json.loads(named.config_json)["dtype"] == "float32"
@@ -303,3 +304,16 @@ def test_the_findings_table_wraps_its_statements_at_80_columns(imported):
     shown = " ".join(" ".join(cells).split())  # the statement column, its wrapped lines joined
     for statement in table.statement:
         assert " ".join(statement.split()) in shown
+
+
+def test_download_bars_stay_on_while_transformers_own_bars_are_off():
+    import huggingface_hub
+    import transformers
+    from transformers import modeling_gguf_pytorch_utils
+
+    from headtrace.cli import _quiet_transformers
+
+    _quiet_transformers()
+    assert not huggingface_hub.utils.are_progress_bars_disabled()
+    assert not transformers.utils.logging.is_progress_bar_enabled()
+    assert modeling_gguf_pytorch_utils.tqdm is transformers.utils.logging.tqdm  # the GGUF reader's bar obeys it
