@@ -138,7 +138,8 @@ def print_screen_summary(result, all_heads: bool = False) -> None:
         f"top-1 at the query: {summary['top1']:.3f}   top-5: {run.top5:.3f}   loss: {run.loss:.3f}   "
         f"({int(run.n_valid)}/{int(run.n_examples)} valid examples, {run.wall_s:.1f} s)",
     ]
-    ceilings = {c.removeprefix("ceiling_"): run[c] for c in result.run.columns if c.startswith("ceiling_")}
+    ceilings = {c.removeprefix("ceiling_"): run[c] for c in result.run.columns
+                if c.startswith("ceiling_") and run[c] == run[c]}  # NaN: no ceiling for that class
     if ceilings:
         lines.append("selectivity ceilings of this probe: "
                      + ", ".join(f"{cls} {value:.0f}x" for cls, value in ceilings.items()))
