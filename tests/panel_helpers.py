@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, HubServer, fake_repo
+from models_zoo import tiny_model
 
 PYTHIA = "EleutherAI/pythia-1b"
 OLMO = "allenai/OLMo-1B-0724-hf"
 SCREEN = "[screen]\nn_examples = 16\nseq_len = 64\nbatch_size = 8\n"
+REVISIONS = ["step1", "step2", "step3"]  # of the local checkpoint series (save_checkpoints)
 # Columns that record when and how fast, not what: they differ between identical runs.
 TIMING_COLUMNS = ["wall_s", "started_at", "finished_at", "fetch_s", "load_s", "downloaded_bytes"]
 
@@ -59,3 +62,23 @@ def assert_same_tables(a: tuple[pd.DataFrame, pd.DataFrame], b: tuple[pd.DataFra
     pd.testing.assert_frame_equal(a[0], b[0], check_exact=True)
     runs_a, runs_b = (r.drop(columns=[c for c in TIMING_COLUMNS if c in r]) for r in (a[1], b[1]))
     pd.testing.assert_frame_equal(runs_a, runs_b, check_exact=True)
+
+
+def save_checkpoints(root: Path, overflow: str | None = None) -> Path:
+    """Tiny GPT-NeoX checkpoints, one folder per revision; `overflow` gets finite weights that overflow."""
+    for seed, name in enumerate(REVISIONS):
+        model = tiny_model("gpt_neox", seed=seed)
+        if name == overflow:
+            with torch.no_grad():  # finite, but every activation after layer 1's norm is inf
+                model.gpt_neox.layers[1].input_layernorm.weight.fill_(3e38)
+        model.save_pretrained(root / name)
+    return root
+
+
+def local_panel(folder: Path, checkpoints: Path, revisions: list[str], name: str = "panel", extra: str = "") -> Path:
+    """A panel over a local checkpoint series (model 'tiny/neox'); `extra` is appended (e.g. an [ablation])."""
+    path = folder / f"{name}.toml"
+    path.write_text(f'name = "{name}"\n{SCREEN}\n[[models]]\nid = "tiny/neox"\nsource = "local"\n'
+                    f'path = "{checkpoints}"\ntokens_per_step = 1000\nrevisions = {revisions!r}\n'.replace("'", '"')
+                    + extra)
+    return path

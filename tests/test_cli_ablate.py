@@ -23,10 +23,10 @@ def test_ablate_prints_table_verdict_and_shortfall_and_writes_parquet(checkpoint
 @pytest.mark.parametrize("circuit, message", [
     ("L2H0", "head L2H0 does not exist in {ckpt}: valid heads are L0H0..L1H3 (2 layers x 4 heads)"),
     ("L1H0;L1H2", "bad head 'L1H0;L1H2'"),
-    ("sink", "the sink circuit of {ckpt} is empty"),
+    ("sink", "the sink circuit of {name} is empty"),
 ])
 def test_bad_circuits_are_one_line_exit_2(checkpoint, circuit, message):  # noqa: F811
     proc = headtrace("ablate", checkpoint, "--circuit", circuit, "-n", 8, "--seq-len", 64, "--seeds", 2)
     assert proc.returncode == 2
-    assert message.format(ckpt=checkpoint) in " ".join(proc.stderr.split())
+    assert message.format(ckpt=checkpoint, name=checkpoint.name) in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr

@@ -447,23 +447,34 @@ def ablate_checkpoint(
     progress: Progress | None = None,
     adapter: ModelAdapter | None = None,
     probe: Probe | None = None,
+    name: str | None = None,
+    trust_remote_code: bool = False,
+    cache_dir: str | None = None,
 ) -> AblationResult:
     """Load MODEL at `revision` (unless `adapter` is given), build the probe (unless given), find the
-    circuit, ablate, optionally write DIR/ablations/<model>@<revision>.parquet.
+    circuit, ablate, optionally write DIR/ablations/<model>@<revision>.parquet; the tables label the
+    result `name` (default: MODEL).
 
     >>> ablate_checkpoint("EleutherAI/pythia-160m", "step3000").table  # doctest: +SKIP
     """
     from headtrace.models import load_model, load_tokenizer
     from headtrace.screen import build_probe
+    from headtrace.sources import checkpoint_location
     from headtrace.store import write_ablation
 
     config.validate()
     screen_config.validate()
-    adapter = adapter or load_model(model, revision=revision, dtype=screen_config.dtype, device=screen_config.device)
-    probe = probe or build_probe(screen_config, lambda: load_tokenizer(model, revision))
-    circuit, source = resolve_circuit(config, adapter, probe, screen_config, model, revision, tokens, out,
+    location, hub_revision, found_tokens = (model, revision, None) if adapter else checkpoint_location(model, revision)
+    tokens = found_tokens if tokens is None else tokens
+    adapter = adapter or load_model(location, revision=hub_revision, dtype=screen_config.dtype,
+                                    device=screen_config.device, trust_remote_code=trust_remote_code,
+                                    cache_dir=cache_dir)
+    probe = probe or build_probe(screen_config,
+                                 lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
+    name = name or model
+    circuit, source = resolve_circuit(config, adapter, probe, screen_config, name, revision, tokens, out,
                                       screen_progress)
-    result = ablate(adapter, probe, circuit, config, screen_config, model, revision, tokens, progress=progress)
+    result = ablate(adapter, probe, circuit, config, screen_config, name, revision, tokens, progress=progress)
     result.circuit_source = source
     if out is not None:
         write_ablation(out, result.table)

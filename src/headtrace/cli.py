@@ -1,7 +1,12 @@
-"""The `headtrace` command line. Each command is a thin layer over the stage module it names."""
+"""The `headtrace` command line. Each command is a thin layer over the stage module it names.
+
+Importing this module loads neither torch nor transformers: the analysis commands (`results`,
+`findings`, `report`, `import-reference`) and usage errors start at once; the commands that load a
+model import them when they run."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,41 +18,77 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from headtrace.errors import HeadtraceError
+from headtrace import __version__
+from headtrace.errors import EXIT_INTERRUPTED, HeadtraceError, WorkFailed
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="When did each attention circuit form? Screen attention heads across training checkpoints.",
 )
 console = Console(stderr=True)
 out_console = Console()
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        out_console.print(f"headtrace {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
     """When did each attention circuit form? Screen attention heads across training checkpoints."""
+
+
+def _quiet_transformers() -> None:
+    """Silence transformers' warnings and its own progress bars (rich draws ours); huggingface_hub's
+    download bars, which transformers' switch also turns off, are turned back on."""
+    import huggingface_hub
     import transformers
+    from transformers import modeling_gguf_pytorch_utils
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    huggingface_hub.utils.enable_progress_bars()
+    # The GGUF reader draws a plain tqdm bar; transformers' own tqdm obeys the switch above.
+    modeling_gguf_pytorch_utils.tqdm = transformers.utils.logging.tqdm
 
 
 @contextmanager
-def progress_bars(*descriptions: str) -> Iterator[list[Callable[[int, int], None]]]:
+def on_interrupt(kept: str, again: str = "resume with") -> Iterator[None]:
+    """Ctrl-C ends in one line: what was kept and the command that resumes; exit code 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        command = shlex.join(["headtrace", *sys.argv[1:]])
+        console.print(f"interrupted: {escape(kept)}; {again}: {escape(command)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+@contextmanager
+def progress_bars(*descriptions: str, waiting: str | None = None) -> Iterator[list[Callable[[int, int], None]]]:
     """Rich progress bars (one display), each appearing with its first update; yields a
-    callback(advance, total) per description."""
+    callback(advance, total) per description. Until the first update, `waiting` (e.g. "load the
+    model") shows as a pulsing bar with its elapsed time, so a long load never looks stuck."""
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as bar:
+        pending = [bar.add_task(escape(waiting), total=None)] if waiting else []
 
         def updater(description: str) -> Callable[[int, int], None]:
             tasks: list = []
 
             def update(advance: int, total: int) -> None:
                 if not tasks:
-                    tasks.append(bar.add_task(description, total=total))
+                    while pending:
+                        bar.remove_task(pending.pop())
+                    tasks.append(bar.add_task(escape(description), total=total))
                 bar.advance(tasks[0], advance)
 
             return update
@@ -56,39 +97,58 @@ def progress_bars(*descriptions: str) -> Iterator[list[Callable[[int, int], None
 
 
 @contextmanager
-def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+def progress_bar(description: str, waiting: str | None = None) -> Iterator[Callable[[int, int], None]]:
     """A rich progress bar that appears with the first update; yields callback(advance, total)."""
-    with progress_bars(description) as (update,):
+    with progress_bars(description, waiting=waiting) as (update,):
         yield update
 
 
-def print_screen_summary(result) -> None:
+STRONGEST = 10  # heads the screen's summary lists by default
+
+
+def print_screen_summary(result, all_heads: bool = False) -> None:
+    """A summary that fits a terminal: the strongest labelled heads (every one with `all_heads`),
+    the label counts, the circuits, the sink fraction, capability and, where the run record has
+    them, the probe's selectivity ceilings (with a warning where a threshold is near one)."""
     import json
 
-    from headtrace.probes import CLASS_KEYS
     from headtrace.schema import ScreenConfig, ceiling_text
 
     summary = result.summary()
     run = result.run.iloc[0]
     heads = result.heads
-    table = Table(title=f"{run.model} {run.revision}".strip(), show_lines=False)
+    labelled = heads.loc[heads.label != "unclassified"].sort_values("best_selectivity", ascending=False)
+    shown = labelled if all_heads else labelled.head(STRONGEST)
+    title = f"{escape(_label(run.model, run.revision))}: " + (
+        f"all {len(labelled)} labelled heads" if all_heads or len(shown) == len(labelled)
+        else f"the {len(shown)} strongest of {len(labelled)} labelled heads (--all: every one)")
+    table = Table(title=title, title_justify="left")
     for column in ("head", "label", "induction", "previous", "first-token", "sink score", "PR"):
-        table.add_column(column, justify="right" if column not in ("head", "label") else "left")
-    shown = heads.loc[heads.label != "unclassified"].sort_values("best_selectivity", ascending=False)
+        table.add_column(column, justify="left" if column in ("head", "label") else "right", no_wrap=True)
     for row in shown.itertuples():
         table.add_row(row.head_id, row.label, f"{row.sel_induction:.1f}", f"{row.sel_previous:.1f}",
                       f"{row.sel_first:.1f}", f"{row.sink_score:.3f}", f"{row.pr:.2f}")
-    out_console.print(table)
-    out_console.print(
-        f"induction circuit (>= 50x): {', '.join(summary['induction_circuit']) or 'none'}\n"
-        f"sink heads (first-token >= 30x): {int(run.n_sink_heads)}/{len(heads)} = {summary['sink_fraction']:.1%}\n"
+    if len(shown):
+        out_console.print(table)
+    counts = labelled.label.value_counts()
+    previous = list(heads.loc[heads.previous_circuit, "head_id"])
+    lines = [
+        f"labels (>= {_threshold(run, 'label_threshold', 30)}x): "
+        + (", ".join(f"{label} {count}" for label, count in counts.items()) or "none")
+        + f"; {len(heads) - len(labelled)} of {len(heads)} heads unclassified",
+        f"induction circuit (>= {_threshold(run, 'induction_threshold', 50)}x): {_heads_text(summary['induction_circuit'])}",
+        f"previous-token circuit (>= {_threshold(run, 'previous_threshold', 100)}x): {_heads_text(previous)}",
+        f"sink heads (first-token >= {_threshold(run, 'sink_threshold', 30)}x): {int(run.n_sink_heads)}/{len(heads)} = {summary['sink_fraction']:.1%}",
         f"top-1 at the query: {summary['top1']:.3f}   top-5: {run.top5:.3f}   loss: {run.loss:.3f}   "
-        f"({int(run.n_valid)}/{int(run.n_examples)} valid examples, {run.wall_s:.1f} s)"
-    )
-    ceilings = {key: run[f"ceiling_{key}"] for key in CLASS_KEYS.values() if f"ceiling_{key}" in run}
+        f"({int(run.n_valid)}/{int(run.n_examples)} valid examples, {run.wall_s:.1f} s)",
+    ]
+    ceilings = {c.removeprefix("ceiling_"): run[c] for c in result.run.columns
+                if c.startswith("ceiling_") and run[c] == run[c]}  # NaN: no ceiling for that class
     if ceilings:
-        out_console.print(f"selectivity ceilings ({run.baseline} baseline): "
-                          + ", ".join(f"{key} {ceiling_text(value)}" for key, value in ceilings.items()))
+        lines.append(f"selectivity ceilings of this probe ({run.get('baseline', 'reference')} baseline): "
+                     + ", ".join(f"{cls} {ceiling_text(value)}" for cls, value in ceilings.items()))
+    out_console.print("\n".join(lines), highlight=False)
+    if ceilings:
         warn_ceilings(ScreenConfig(**json.loads(run.config_json)), ceilings)
     if summary["underflow_heads"]:
         out_console.print(
@@ -106,39 +166,112 @@ def warn_ceilings(config, ceilings: dict[str, float] | None) -> None:
         console.print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False)
 
 
-@app.command()
-def screen(
-    model: str = typer.Argument(..., help="Hub id, local directory, or .gguf file."),
-    revision: Optional[str] = typer.Option(None, help="Hub revision (branch, tag or commit)."),
-    n_examples: int = typer.Option(2000, "--n-examples", "-n", help="Probe sequences."),
-    seq_len: int = typer.Option(256, help="Probe sequence length T."),
-    batch_size: int = typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results)."),
-    device: str = typer.Option("cpu", help="cpu, cuda or mps."),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
-    seed: int = typer.Option(42, help="Probe seed."),
-    id_low: int = typer.Option(100, help="Lowest filler token id."),
-    id_high: int = typer.Option(10000, help="Filler ids are drawn below this."),
-    prepend_bos: bool = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS)."),
-    probe: str = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts)."),
-    texts: Optional[Path] = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl."),
-    baseline: str = typer.Option("reference", help="reference (the study's 50 positions) or clean (without each "
-                                 "example's own targets: no selectivity ceiling)."),
-    out: Optional[Path] = typer.Option(None, help="Write Parquet results into this directory."),
-) -> None:
-    """Screen one checkpoint: classify every head in one streamed pass."""
-    from headtrace.screen import ScreenConfig, screen_checkpoint
+def _threshold(run, key: str, default: float) -> str:
+    """A threshold of the screen's config, from the run record's config_json."""
+    import json
+
+    value = json.loads(run.config_json).get(key, default) if "config_json" in run else default
+    return f"{value:g}"
+
+
+def _heads_text(heads: list[str], limit: int = 12) -> str:
+    if not heads:
+        return "none"
+    return ", ".join(heads[:limit]) + (f", ... ({len(heads)} heads)" if len(heads) > limit else "")
+
+
+# Options that `screen` and `ablate` share, defined once.
+MODEL = typer.Argument(..., help="Hub id, local directory, or .gguf file.")
+REVISION = typer.Option(None, help="Hub revision (branch, tag or commit), or the checkpoint subfolder of a local "
+                        "folder of checkpoints.")
+N_EXAMPLES = typer.Option(2000, "--n-examples", "-n", help="Probe sequences.")
+SEQ_LEN = typer.Option(256, help="Probe sequence length T.")
+BATCH_SIZE = typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results).")
+DEVICE = typer.Option("cpu", help="auto (cuda, else mps, else cpu), cpu, cuda[:N] or mps.")
+DTYPE = typer.Option("float32", help="auto (the checkpoint's), float32|fp32, bfloat16|bf16 or float16|fp16.")
+PROBE_SEED = typer.Option(42, "--seed", help="Probe seed.")
+ID_LOW = typer.Option(100, help="Lowest filler token id.")
+ID_HIGH = typer.Option(10000, help="Filler ids are drawn below this.")
+PREPEND_BOS = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS).")
+PROBE = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts).")
+TEXTS = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl.")
+BASELINE = typer.Option("reference", help="reference (the study's 50 positions) or clean (without each example's "
+                        "own targets: no selectivity ceiling; docs/definitions.md).")
+TRUST_REMOTE_CODE = typer.Option(False, help="Let transformers run the model repository's own code.")
+CACHE_DIR = typer.Option(None, help="Hub cache folder [HF_HUB_CACHE].")
+NAME = typer.Option(None, help="The model's name in tables and file names [the hub id, or a local folder's name].")
+
+
+def _screen_config(n_examples: int, seq_len: int, seed: int, id_low: int, id_high: int, prepend_bos: bool,
+                   probe: str, texts: Optional[Path], baseline: str, dtype: str, device: str, batch_size: int):
+    from headtrace.schema import ScreenConfig
 
     config = ScreenConfig(n_examples=n_examples, seq_len=seq_len, seed=seed, id_low=id_low, id_high=id_high,
                           prepend_bos=prepend_bos, probe=probe, texts=str(texts) if texts else None,
                           baseline=baseline, dtype=dtype, device=device, batch_size=batch_size)
     config.validate()
-    console.print(f"loading {model}" + (f" at {revision}" if revision else ""))
-    with progress_bar(f"screening {model}") as advance:
-        result = screen_checkpoint(model, revision=revision, config=config, out=str(out) if out else None,
-                                   progress=advance)
-    print_screen_summary(result)
+    return config
+
+
+def _default_name(model: str) -> str:
+    """A hub id as it is; a local folder or file by its own name (not its absolute path)."""
+    from headtrace.sources import is_local
+
+    if not is_local(model):
+        return model
+    path = Path(model).expanduser().resolve()
+    return path.stem if path.suffix == ".gguf" else path.name
+
+
+def _label(model: str, revision: Optional[str]) -> str:
+    return model + (f"@{revision}" if revision else "")
+
+
+@app.command()
+def screen(
+    model: str = MODEL,
+    revision: Optional[str] = REVISION,
+    n_examples: int = N_EXAMPLES,
+    seq_len: int = SEQ_LEN,
+    batch_size: int = BATCH_SIZE,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    seed: int = PROBE_SEED,
+    id_low: int = ID_LOW,
+    id_high: int = ID_HIGH,
+    prepend_bos: bool = PREPEND_BOS,
+    probe: str = PROBE,
+    texts: Optional[Path] = TEXTS,
+    baseline: str = BASELINE,
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write Parquet results into this directory."),
+    name: Optional[str] = NAME,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    cache_dir: Optional[Path] = CACHE_DIR,
+    all_heads: bool = typer.Option(False, "--all", help="Print every labelled head, not only the strongest."),
+) -> None:
+    """Screen one checkpoint: classify every head in one streamed pass."""
+    from headtrace.models import preflight
+    from headtrace.screen import screen_checkpoint
+    from headtrace.sources import checkpoint_location
+    from headtrace.store import check_writable
+
+    _quiet_transformers()
+    config = _screen_config(n_examples, seq_len, seed, id_low, id_high, prepend_bos, probe, texts, baseline, dtype,
+                            device, batch_size)
+    location, hub_revision, _ = checkpoint_location(model, revision)
+    cache = str(cache_dir) if cache_dir else None
+    with console.status(f"checking {escape(model)}"):
+        config, _ = preflight(location, config, hub_revision, trust_remote_code, cache)
     if out:
-        console.print(f"results written to {out}/")
+        check_writable(out)
+    name = name or _default_name(model)
+    with on_interrupt("nothing was written", again="run it again"), \
+            progress_bar(f"screen {name}", waiting=f"load {_label(name, revision)}") as advance:
+        result = screen_checkpoint(model, revision=revision, config=config, out=str(out) if out else None,
+                                   progress=advance, name=name, trust_remote_code=trust_remote_code, cache_dir=cache)
+    print_screen_summary(result, all_heads)
+    if out:
+        console.print(f"results written to {out}/", highlight=False, markup=False)
 
 
 def _train_with_progress(organism, out: Path, label: str, threads: int = 1):
@@ -168,16 +301,18 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1):
             bar.stop()
             listed = out / "revisions.json"
             kept = len(json.loads(listed.read_text())) if listed.is_file() else 0
-            console.print(f"interrupted: {kept} finished checkpoints in {out}/ are usable (listed in "
-                          "revisions.json); train again with the same settings to start over")
-            raise typer.Exit(130) from None
+            console.print(f"interrupted: {kept} finished checkpoints in {escape(str(out))}/ are usable (listed in "
+                          "revisions.json); train again with the same settings to start over", highlight=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             torch.set_num_threads(previous_threads)
     if result.reused:
-        console.print(f"{out}/ already holds this organism ({len(result.checkpoints)} checkpoints): reused")
+        console.print(f"{escape(str(out))}/ already holds this organism ({len(result.checkpoints)} checkpoints): "
+                      "reused", highlight=False)
     else:
-        console.print(f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in {out}/ "
-                      f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})")
+        console.print(f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in "
+                      f"{escape(str(out))}/ "
+                      f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})", highlight=False)
     return result
 
 
@@ -186,8 +321,8 @@ def train_organism(
     arch: str = typer.Option("dense", help="dense (GPT-NeoX style), llama, or moe (OLMoE style)."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     seed: int = typer.Option(0, help="Seed of the initialisation and the data."),
-    threads: int = typer.Option(1, help="Torch threads for training (1 is fastest for models this small)."),
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: organisms/ARCH)."),
+    threads: int = typer.Option(1, min=1, help="Torch threads for training (1 is fastest for models this small)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory (default: organisms/ARCH)."),
 ) -> None:
     """Train a model organism from scratch on the CPU, saving log-spaced Hugging Face checkpoints."""
     from headtrace.organism import ARCHS, CorpusConfig, Organism, TrainConfig, recipe
@@ -199,33 +334,38 @@ def train_organism(
     organism.validate()
     out = out or Path("organisms") / arch
     _train_with_progress(organism, out, arch, threads)
-    console.print(f"screen it: write a panel with source = \"organism\", path = \"{out}\", then headtrace run PANEL")
+    console.print(f"screen it: write a panel with source = \"organism\", path = \"{escape(str(out))}\", then "
+                  "headtrace run PANEL",
+                  highlight=False)
 
 
 @app.command()
 def demo(
-    out: Path = typer.Option(Path("demo-output"), help="Where the organisms, panel, results and report go."),
+    out: Path = typer.Option(Path("demo-output"), "--out", "-o", help="Where the organisms, panel, results and "
+                             "report go."),
     compare: bool = typer.Option(False, help="Also train an MoE (OLMoE-style) organism on the same data."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     n_examples: int = typer.Option(256, "--n-examples", "-n", help="Probe sequences per checkpoint."),
     seed: int = typer.Option(0, help="Seed of the organisms' initialisation and data."),
-    threads: int = typer.Option(1, help="Torch threads for training."),
+    threads: int = typer.Option(1, min=1, help="Torch threads for training."),
 ) -> None:
     """Watch circuits form, offline: train the organism, screen its checkpoints, write the report."""
     import time
 
     from headtrace.organism.demo import DemoPaths, demo_organisms, demo_screen, panel_toml
-    from headtrace.panel import load_panel
     from headtrace.report import build_report
+    from headtrace.store import check_writable
     from headtrace.trajectory import write_findings
 
     started = time.perf_counter()
     paths = DemoPaths(out)
     organisms = demo_organisms(compare=compare, steps=steps, seed=seed)
-    screen_config = demo_screen(next(iter(organisms.values())).corpus, n_examples)
-    screen_config.validate()
-    for model, organism in organisms.items():
+    first = next(iter(organisms.values()))
+    screen_config = demo_screen(first.corpus, n_examples)
+    screen_config.validate()  # before training: a bad setting must not cost the minutes of training
+    for organism in organisms.values():
         organism.validate()
+    check_writable(out)
     for model, organism in organisms.items():
         _train_with_progress(organism, paths.organism(model), model, threads)
     models = {m: str(paths.organism(m).relative_to(out)) for m in organisms}
@@ -235,18 +375,19 @@ def demo(
     write_findings(paths.results)
     page = build_report(paths.results)
     _print_organism_trajectories(paths.results)
-    console.print(f"findings: {paths.results / 'findings.md'}")
+    console.print(f"findings: {escape(str(paths.results / 'findings.md'))}", highlight=False)
     console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
-                  f"[bold]{page.resolve()}[/]\nre-screen with: headtrace run {paths.panel} --out {paths.results}")
+                  f"[bold]{escape(str(page.resolve()))}[/]\nre-screen with: headtrace run {escape(str(paths.panel))} "
+                  f"--out {escape(str(paths.results))}", highlight=False)
 
 
 def _print_organism_trajectories(results_dir: Path) -> None:
     """Per model and checkpoint: top-1, the best induction head, circuit size and sink fraction."""
-    from headtrace.panel import load_results
+    from headtrace.store import load_results
 
     table = load_results(results_dir).sort_values(["model", "tokens"], kind="stable")
     for model, rows in table.groupby("model", sort=True):
-        shown = Table(title=f"{model}: circuits forming over training")
+        shown = Table(title=f"{escape(model)}: circuits forming over training")
         for column in ("revision", "tokens", "top-1", "best induction", ">= 50x", "sinks"):
             shown.add_column(column, justify="left" if column == "revision" else "right", no_wrap=True)
         for revision, heads in rows.groupby("revision", sort=False):
@@ -261,7 +402,7 @@ def print_ablation(result) -> None:
     """The conditions' metrics (matched-random seeds as mean and range), the differential and the verdict."""
     table = result.table
     first = table.iloc[0]
-    shown = Table(title=f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})")
+    shown = Table(title=escape(f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})"))
     for column in ("condition", "heads", "top-1", "top-5", "loss", "logit"):
         shown.add_column(column, justify="left" if column in ("condition", "heads") else "right")
     metrics = ("top1", "top5", "loss", "mean_logit_answer")
@@ -294,50 +435,61 @@ def print_ablation(result) -> None:
 
 @app.command()
 def ablate(
-    model: str = typer.Argument(..., help="Hub id, local directory, or .gguf file."),
+    model: str = MODEL,
     circuit: str = typer.Option(..., help="induction, previous-token, sink (the screen's all-head sets) or heads "
                                 "like L2H11,L4H12."),
-    revision: Optional[str] = typer.Option(None, help="Hub revision (branch, tag or commit)."),
+    revision: Optional[str] = REVISION,
     seeds: int = typer.Option(20, help="Matched-random draws (same layers, same count per layer)."),
     mode: str = typer.Option("zero", help="zero, or mean (the head's mean output over the probe)."),
     seed: int = typer.Option(0, "--ablation-seed", help="Seed of the random draws and the bootstrap."),
     n_bootstrap: int = typer.Option(2000, help="Bootstrap resamples for the differential's interval."),
     singles: bool = typer.Option(True, help="Also ablate each circuit head alone."),
     stack: int = typer.Option(8, help="Conditions per forward pass (memory, not results)."),
-    n_examples: int = typer.Option(2000, "--n-examples", "-n", help="Probe sequences."),
-    seq_len: int = typer.Option(256, help="Probe sequence length T."),
-    batch_size: int = typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results)."),
-    device: str = typer.Option("cpu", help="cpu, cuda or mps."),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16."),
-    probe_seed: int = typer.Option(42, "--seed", help="Probe seed."),
-    id_low: int = typer.Option(100, help="Lowest filler token id."),
-    id_high: int = typer.Option(10000, help="Filler ids are drawn below this."),
-    prepend_bos: bool = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS)."),
-    probe: str = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts)."),
-    texts: Optional[Path] = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl."),
-    baseline: str = typer.Option("reference", help="reference (the study's 50 positions) or clean (without each "
-                                 "example's own targets: no selectivity ceiling)."),
-    out: Optional[Path] = typer.Option(None, help="Results directory: reads a stored screen from it and writes "
-                                       "ablations/<model>@<revision>.parquet."),
+    n_examples: int = N_EXAMPLES,
+    seq_len: int = SEQ_LEN,
+    batch_size: int = BATCH_SIZE,
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    probe_seed: int = PROBE_SEED,
+    id_low: int = ID_LOW,
+    id_high: int = ID_HIGH,
+    prepend_bos: bool = PREPEND_BOS,
+    probe: str = PROBE,
+    texts: Optional[Path] = TEXTS,
+    baseline: str = BASELINE,
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory: reads a stored screen from it "
+                                       "and writes ablations/<model>@<revision>.parquet."),
+    name: Optional[str] = NAME,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
     """Ablate a circuit against matched-random heads: is the circuit necessary?"""
     from headtrace.ablation import AblationConfig, ablate_checkpoint
-    from headtrace.screen import ScreenConfig
+    from headtrace.models import preflight
+    from headtrace.sources import checkpoint_location
+    from headtrace.store import check_writable
 
-    config = ScreenConfig(n_examples=n_examples, seq_len=seq_len, seed=probe_seed, id_low=id_low, id_high=id_high,
-                          prepend_bos=prepend_bos, probe=probe, texts=str(texts) if texts else None,
-                          baseline=baseline, dtype=dtype, device=device, batch_size=batch_size)
-    config.validate()
+    _quiet_transformers()
+    config = _screen_config(n_examples, seq_len, probe_seed, id_low, id_high, prepend_bos,
+                            probe, texts, baseline, dtype, device, batch_size)
     ablation = AblationConfig(circuit=circuit, seeds=seeds, mode=mode, seed=seed, n_bootstrap=n_bootstrap,
                               singles=singles, stack=stack)
     ablation.validate()
-    console.print(f"loading {model}" + (f" at {revision}" if revision else ""))
-    with progress_bars(f"screening {model}", "ablating") as (screening, ablating):
+    location, hub_revision, _ = checkpoint_location(model, revision)
+    cache = str(cache_dir) if cache_dir else None
+    with console.status(f"checking {escape(model)}"):
+        config, _ = preflight(location, config, hub_revision, trust_remote_code, cache, circuit=circuit)
+    if out:
+        check_writable(out)
+    name = name or _default_name(model)
+    with on_interrupt("nothing was written", again="run it again"), \
+            progress_bars(f"screen {name}", "ablate", waiting=f"load {_label(name, revision)}") as (screening, ablating):
         result = ablate_checkpoint(model, revision, config, ablation, out=out, screen_progress=screening,
-                                   progress=ablating)
+                                   progress=ablating, name=name, trust_remote_code=trust_remote_code,
+                                   cache_dir=cache)
     print_ablation(result)
     if out:
-        console.print(f"results written to {out}/ablations/")
+        console.print(f"results written to {out}/ablations/", highlight=False, markup=False)
 
 
 STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim"}
@@ -357,16 +509,20 @@ def findings(
     from headtrace.trajectory import TrajectoryConfig, write_findings
 
     options = {"sharp_share": sharp_share, "early_share": early_share, "pr_rise_fraction": pr_rise_fraction}
-    table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}))
-    shown = Table(title=f"findings: {results}", show_lines=True)
-    for column in ("model", "finding", "status"):
-        shown.add_column(column, no_wrap=True)
-    shown.add_column("statement", overflow="fold", min_width=40)
+    with console.status(f"computing the findings of {escape(str(results))}"):
+        table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}))
+    shown = Table(title=f"findings: {escape(str(results))}", show_lines=True)
+    # Widths in proportion to the terminal's, so that the statements wrap instead of collapsing.
+    shown.add_column("model", overflow="fold", ratio=2)
+    shown.add_column("finding", overflow="fold", ratio=2)
+    shown.add_column("status", no_wrap=True)
+    shown.add_column("statement", overflow="fold", ratio=6)
     for row in table.itertuples():
         style = STATUS_STYLE.get(row.status, "")
-        shown.add_row(row.model, f"{row.finding} {row.title}", f"[{style}]{row.status}[/]", row.statement)
+        shown.add_row(escape(row.model), escape(f"{row.finding} {row.title}"), f"[{style}]{escape(row.status)}[/]",
+                      escape(row.statement))
     out_console.print(shown)
-    console.print(f"written: {results / 'findings.parquet'}, {results / 'findings.md'}")
+    console.print(f"written: {results / 'findings.parquet'}, {results / 'findings.md'}", highlight=False, markup=False)
 
 
 @app.command("import-reference")
@@ -377,8 +533,9 @@ def import_reference(
     """Import the reference implementation's JSON results as a headtrace results directory."""
     from headtrace.reference import import_reference as convert
 
-    written = convert(files, out)
-    console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}")
+    with console.status(f"importing {len(files)} reference files"):
+        written = convert(files, out)
+    console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}", highlight=False, markup=False)
 
 
 @app.command()
@@ -389,19 +546,23 @@ def report(
     """One self-contained HTML page of the panel's trajectories and findings, plus each figure as PNG and SVG."""
     from headtrace.report import build_report
 
-    page = build_report(results, out)
-    console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)")
+    with console.status(f"drawing the report of {escape(str(results))}"):
+        page = build_report(results, out)
+    console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)", highlight=False, markup=False)
 class PanelDisplay:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 
     def __init__(self, progress: Progress, name: str):
         self.progress, self.name = progress, name
+        # Listing revisions asks the hub (retried when it fails): a pulsing bar until the plan stands.
+        self.planning = progress.add_task(f"list the revisions of {escape(name)}", total=None, info="")
 
     def start(self, plan) -> None:
+        self.progress.remove_task(self.planning)
         if plan.stale_lock:
-            console.print(f"took over the lock of a run that died (pid {plan.stale_lock.get('pid')})")
+            console.print(f"took over the lock of a run that died (pid {plan.stale_lock.get('pid')})", markup=False)
         done, todo = len(plan.skipped), len(plan.computed) + len(plan.recomputed)
-        console.print(f"{self.name}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
+        console.print(f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
                       + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
                       + (f", {len(plan.to_ablate)} to ablate" if plan.to_ablate else "")
                       + (f" ({len(plan.ablations_skipped)} ablations done)" if plan.ablations_skipped else ""))
@@ -437,17 +598,17 @@ class PanelDisplay:
         self.done += 1
         self.progress.update(self.panel, completed=self.done, info=f"{self.done}/{self.total} revisions")
         if result.error:
-            message = f"[red]failed[/] {result.task.label}: {result.error}"
+            message = f"[red]failed[/] {escape(result.task.label)}: {escape(result.error)}"
             self.progress.console.print(message, highlight=False)
 
     def warn(self, message: str) -> None:
-        self.progress.console.print(f"[bold red]WARNING:[/] {message}", highlight=False)
+        self.progress.console.print(f"[bold red]WARNING:[/] {escape(message)}", highlight=False)
 
 
 @app.command()
 def run(
     panel: Path = typer.Argument(..., help="Panel file (TOML): models, revisions, screen config."),
-    out: Optional[Path] = typer.Option(None, help="Results directory (default: results/<panel name>)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory (default: results/<panel name>)."),
     executor: str = typer.Option("local", help="local (this process) or ray."),
     address: Optional[str] = typer.Option(None, help="Ray cluster to attach to (default: start one here)."),
     keep_checkpoints: bool = typer.Option(False, help="Keep downloaded checkpoints in the hub cache."),
@@ -463,33 +624,38 @@ def run(
 
     from headtrace.schema import planned_ceilings
 
+    _quiet_transformers()
     spec = load_panel(panel)
     out = out or Path("results") / spec.name
     warn_ceilings(spec.screen, planned_ceilings(spec.screen))
+    kept = f"finished revisions in {out}/ are kept and a re-run skips them"
     columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
+    with on_interrupt(kept), Progress(*columns, console=console) as progress:
         display = PanelDisplay(progress, spec.name)
         ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
                          max_retries=max_retries)
         result = run_panel(spec, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch,
                            ray=ray, reporter=display, on_start=display.start)
     for model, revision, same in result.identical:
-        console.print(f"[bold red]WARNING: identical weights:[/] {model} {revision} has the same weight "
-                      f"files as {same}; the source may serve the wrong checkpoint for one of them "
+        console.print(f"[bold red]WARNING: identical weights:[/] {escape(model)} {escape(revision)} has the same "
+                      f"weight files as {escape(same)}; the source may serve the wrong checkpoint for one of them "
                       "(cf. Pythia issue #205)", highlight=False)
     console.print(f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
                   + (f", {len(result.ablated)} ablated" if result.ablated else "")
-                  + f"); summary: headtrace results {out}")
+                  + f"); summary: headtrace results {out}", highlight=False, markup=False)
     for label, error in result.ablation_failed.items():
-        console.print(f"[bold yellow]ablation not run[/] for {label}: {error}", highlight=False)
+        console.print(f"[bold yellow]ablation not run[/] for {escape(label)}: {escape(error)}", highlight=False)
     if result.stopped_by:
-        raise HeadtraceError(f"the panel stopped at {result.stopped_by} (re-run the same command once "
-                             "that is fixed: finished revisions are kept)")
-    if result.failed:
-        raise HeadtraceError(f"{len(result.failed)} of {len(result.planned)} revisions failed "
-                             f"({', '.join(result.failed)}); fix the cause and re-run the same command: "
-                             "finished revisions are kept")
+        raise WorkFailed(f"the panel stopped at {result.stopped_by} (re-run the same command once "
+                         "that is fixed: finished revisions are kept)")
+    if result.failed or result.ablation_failed:
+        failed = [f"{len(result.failed)} of {len(result.planned)} revisions failed ({', '.join(result.failed)})"
+                  if result.failed else "",
+                  f"{len(result.ablation_failed)} ablations did not run ({', '.join(result.ablation_failed)})"
+                  if result.ablation_failed else ""]
+        raise WorkFailed("; ".join(f for f in failed if f) + "; fix the cause and re-run the same command: "
+                         "finished revisions are kept")
 
 
 def _tokens_text(tokens: float) -> str:
@@ -504,14 +670,17 @@ def _tokens_text(tokens: float) -> str:
 @app.command()
 def results(
     out: Path = typer.Argument(..., help="Results directory written by `headtrace run` or `screen --out`."),
-    save: Optional[Path] = typer.Option(None, help="Also save the one-table view (.parquet or .csv)."),
+    save: Optional[Path] = typer.Option(None, help="Also save the one-table view: .parquet, .csv or .json (the "
+                                        "extension names the format)."),
 ) -> None:
     """Load a results directory into one table and print a summary per model and revision."""
-    from headtrace.panel import load_results
+    from headtrace.store import check_save_path, load_results, save_table
 
+    if save:
+        check_save_path(save)
     table = load_results(out)
     runs = table.drop_duplicates(["model", "revision"])
-    summary = Table(title=f"{out}: {len(runs)} revisions, {len(table)} heads")
+    summary = Table(title=f"{escape(str(out))}: {len(runs)} revisions, {len(table)} heads")
     for column in ("model", "revision", "tokens", "top-1", "induction heads", "sink heads", "underflow",
                    "same weights as"):
         summary.add_column(column, justify="right" if column in ("tokens", "top-1", "underflow") else "left")
@@ -519,7 +688,7 @@ def results(
         row = heads.iloc[0]
         circuit = list(heads.loc[heads.induction_circuit, "head_id"])
         shown = ", ".join(circuit[:4]) + (", ..." if len(circuit) > 4 else "")
-        summary.add_row(model, revision, _tokens_text(row.tokens), f"{row.top1:.3f}",
+        summary.add_row(escape(model), escape(revision), _tokens_text(row.tokens), f"{row.top1:.3f}",
                         f"{len(circuit)} ({shown})" if circuit else "0",
                         f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}",
                         str(int(heads.baseline_underflow.sum())),
@@ -529,19 +698,19 @@ def results(
         console.print("[bold red]WARNING:[/] some revisions have identical weight files (column "
                       "same_weights_as): the source may serve the wrong checkpoint for them")
     if save:
-        table.to_csv(save, index=False) if save.suffix == ".csv" else table.to_parquet(save, index=False)
-        console.print(f"saved {len(table)} rows to {save}")
+        save_table(table, save)
+        console.print(f"saved {len(table)} rows to {save}", highlight=False, markup=False)
 
 
 def main() -> None:
-    """Entry point: bad input ends with one line on stderr and exit code 2, never a traceback.
-
-    Usage errors are click's (exit 2); HeadtraceError is raised by the stages for everything else."""
+    """Entry point: every failure ends in one line on stderr, never a traceback; the exit code says
+    which kind (headtrace.errors): 2 bad input or usage (click's usage errors too), 3 some work
+    failed, 130 interrupted."""
     try:
         app()
     except HeadtraceError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ are read (participation ratio) and ablated.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import operator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,8 @@ import torch
 from torch import nn
 
 from headtrace.errors import HeadtraceError
-from headtrace.schema import head_id  # noqa: F401 (re-exported)
+from headtrace.schema import ScreenConfig, head_id  # noqa: F401 (re-exported)
+from headtrace.sources import check_safetensors, is_local
 
 
 @dataclass(frozen=True)
@@ -196,24 +198,34 @@ def _first_attr(obj, *names, default=...):
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # lm-evaluation-harness's names
+
+
+def auto_device() -> str:
+    """The fastest device here: cuda, else mps, else cpu."""
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if torch.backends.mps.is_available() else "cpu"
 
 
 def resolve_device(device: str) -> torch.device:
-    """Check that the requested device exists here."""
+    """Check that the requested device exists here ("auto": the fastest one)."""
+    device = auto_device() if device == "auto" else device
     kind = device.split(":")[0]
     if kind == "cuda" and not torch.cuda.is_available():
-        raise HeadtraceError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu")
+        raise HeadtraceError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto")
     if kind == "mps" and not torch.backends.mps.is_available():
-        raise HeadtraceError("--device mps was asked for but MPS is not available; use --device cpu")
+        raise HeadtraceError("--device mps was asked for but MPS is not available; use --device cpu or auto")
     if kind not in ("cpu", "cuda", "mps"):
-        raise HeadtraceError(f"unknown device '{device}'; use cpu, cuda or mps")
+        raise HeadtraceError(f"unknown device '{device}'; use auto, cpu, cuda or mps")
     return torch.device(device)
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """Check the dtype name and that this device can run matrix products in it."""
+    """Check the dtype name (or its short alias) and that this device can run matrix products in it."""
+    dtype = DTYPE_ALIASES.get(dtype, dtype)
     if dtype not in DTYPES:
-        raise HeadtraceError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
+        raise HeadtraceError(f"unknown dtype '{dtype}'; use auto, {', '.join(DTYPES)} (or {', '.join(DTYPE_ALIASES)})")
     torch_dtype = DTYPES[dtype]
     try:
         probe = torch.ones(2, 2, dtype=torch_dtype, device=device)
@@ -221,6 +233,19 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     except (RuntimeError, TypeError) as exc:
         raise HeadtraceError(f"dtype {dtype} is not supported on {device} ({exc}); use float32") from None
     return torch_dtype
+
+
+def _auto_dtype(hf_config, device: torch.device) -> str:
+    """`--dtype auto`: the checkpoint's own dtype where this device runs it, else float32."""
+    stored = str(getattr(hf_config, "torch_dtype", None) or getattr(hf_config, "dtype", None) or "").removeprefix(
+        "torch.")
+    if stored in DTYPES:
+        try:
+            resolve_dtype(stored, device)
+            return stored
+        except HeadtraceError:
+            pass
+    return "float32"
 
 
 def unsupported_architecture(model_type: str, class_name: str) -> HeadtraceError:
@@ -249,8 +274,11 @@ def load_model(
     dtype: str = "float32",
     device: str = "cpu",
     trust_remote_code: bool = False,
+    cache_dir: str | None = None,
 ) -> ModelAdapter:
-    """Load MODEL (hub id, local directory or .gguf file) with SDPA attention, in eval mode."""
+    """Load MODEL (hub id, local directory or .gguf file) with SDPA attention, in eval mode; `cache_dir`
+    replaces the hub cache."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     torch_device = resolve_device(device)
@@ -263,6 +291,7 @@ def load_model(
             dtype=torch_dtype,
             attn_implementation="sdpa",
             trust_remote_code=trust_remote_code,
+            cache_dir=cache_dir,
             **kwargs,
         )
     except OSError as exc:
@@ -275,6 +304,9 @@ def load_model(
     except ValueError as exc:
         _check_supported_config(location, revision, trust_remote_code, kwargs)
         raise HeadtraceError(f"cannot load model '{model}': {str(exc).splitlines()[0]}") from None
+    except SafetensorError as exc:
+        raise HeadtraceError(f"cannot read the weights of '{model}': {str(exc).strip().splitlines()[0]}; a weights "
+                             "file is truncated or corrupt: re-download or re-save it") from None
     hf_model.to(torch_device).eval()
     check_finite_weights(hf_model, f"{model}" + (f"@{revision}" if revision else ""))
     return ModelAdapter(hf_model)
@@ -298,19 +330,86 @@ def _locate(model: str) -> tuple[str, dict]:
         if not path.is_file():
             raise HeadtraceError(f"GGUF file '{model}' does not exist")
         return str(path.parent), {"gguf_file": path.name}
-    looks_local = model.startswith((".", "/", "~")) or path.exists()
-    if looks_local and not path.is_dir():
+    if is_local(model) and not path.is_dir():
         raise HeadtraceError(f"model path '{model}' does not exist; give a hub id, a directory or a .gguf file")
     return model, {}
 
 
-def load_tokenizer(model: str, revision: str | None = None):
+def preflight(model: str, config: ScreenConfig, revision: str | None = None, trust_remote_code: bool = False,
+              cache_dir: str | None = None, circuit: str | None = None) -> tuple[ScreenConfig, HeadLayout | None]:
+    """Check all that can be checked before the weights load (minutes for a large model): device and
+    dtype, from the model's config its architecture, context, vocabulary and the heads a `circuit`
+    names, and local weight files.
+
+    Returns the config with `auto` device and dtype resolved, and the head layout the model's config
+    describes (None when that config cannot be read: loading then reports why)."""
+    from transformers import AutoConfig
+
+    config.validate()
+    device = resolve_device(config.device)
+    if config.dtype != "auto":
+        resolve_dtype(config.dtype, device)
+    location, kwargs = _locate(model)
+    try:
+        hf_config = AutoConfig.from_pretrained(location, revision=revision, trust_remote_code=trust_remote_code,
+                                               cache_dir=cache_dir, **kwargs)
+    except (OSError, ValueError):
+        hf_config = None
+    dtype = config.dtype if config.dtype != "auto" else _auto_dtype(hf_config, device)
+    config = dataclasses.replace(config, device=str(device), dtype=DTYPE_ALIASES.get(dtype, dtype))
+    if hf_config is None:
+        check_weights(location, kwargs)
+        return config, None
+    if hf_config.model_type not in ARCHITECTURES:
+        raise unsupported_architecture(hf_config.model_type, ", ".join(hf_config.architectures or []) or "config")
+    check_probe_fits(config, _first_attr(hf_config, "max_position_embeddings", "n_positions", default=None),
+                     getattr(hf_config, "vocab_size", None))
+    n_heads = _first_attr(hf_config, "num_attention_heads", "n_head")
+    hidden = _first_attr(hf_config, "hidden_size", "n_embd")
+    layout = HeadLayout(n_layers=_first_attr(hf_config, "num_hidden_layers", "n_layer"), n_heads=n_heads,
+                        n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads,
+                        head_dim=getattr(hf_config, "head_dim", None) or hidden // n_heads)
+    if circuit is not None:
+        from headtrace.ablation import CIRCUITS, parse_heads
+
+        if circuit.strip() not in CIRCUITS:
+            parse_heads(circuit, layout, model)
+    check_weights(location, kwargs)
+    return config, layout
+
+
+def check_weights(location: str, kwargs: dict) -> None:
+    """A local folder's .safetensors files are readable (their headers match their sizes)."""
+    if Path(location).is_dir() and not kwargs:
+        check_safetensors(Path(location).iterdir())
+
+
+def check_probe_fits(config: ScreenConfig, max_positions: int | None, vocab_size: int | None) -> None:
+    """The synthetic probe's length and ids against the model's context and vocabulary."""
+    if config.probe != "synthetic":
+        return
+    length = config.seq_len + (1 if config.prepend_bos else 0)
+    if max_positions is not None and length > max_positions:
+        raise HeadtraceError(
+            f"probe length {length} exceeds the model's context of {max_positions} tokens; "
+            f"pass --seq-len {max_positions - (length - config.seq_len)} or less"
+        )
+    if vocab_size is not None and config.id_high > vocab_size:
+        raise HeadtraceError(
+            f"probe token ids reach {config.id_high - 1} but the model's vocabulary has {vocab_size} entries; "
+            f"pass --id-high {vocab_size} (a different batch, recorded in the config)"
+        )
+
+
+def load_tokenizer(model: str, revision: str | None = None, trust_remote_code: bool = False,
+                   cache_dir: str | None = None):
     """The tokenizer matching `load_model(model, revision)` (only needed for BOS and natural text)."""
     from transformers import AutoTokenizer
 
     location, kwargs = _locate(model)
     try:
-        return AutoTokenizer.from_pretrained(location, revision=revision, **kwargs)
+        return AutoTokenizer.from_pretrained(location, revision=revision, trust_remote_code=trust_remote_code,
+                                             cache_dir=cache_dir, **kwargs)
     except (OSError, ValueError) as exc:
         raise HeadtraceError(f"cannot load a tokenizer for '{model}': {str(exc).splitlines()[0]}") from None
 

@@ -58,7 +58,7 @@ from headtrace.executors import (
 from headtrace.revisions import select
 from headtrace.screen import SCHEMA_VERSION, ScreenConfig
 from headtrace.sources import CheckpointSource, HubSource, LocalSource, RetryPolicy
-from headtrace.store import HEADS, RUNS, read_results
+from headtrace.store import HEADS, RUNS, identical_weights, load_results, readable  # noqa: F401 (re-exported)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -423,31 +423,17 @@ def _check_written_by_us(out: Path, runs: pd.DataFrame) -> None:
 
 def _existing_runs(out: Path) -> pd.DataFrame:
     """Every finished shard's run record (empty when there are none). A shard without its heads
-    table, or one that cannot be read, does not count: its task runs again and replaces it."""
+    table, or one whose files cannot be read, does not count: its task runs again and replaces it."""
     import pyarrow
 
     frames = []
     for path in sorted((out / RUNS).glob("*.parquet")) if (out / RUNS).is_dir() else []:
         try:
-            if (out / HEADS / path.name).is_file():
+            if readable(out / HEADS / path.name):
                 frames.append(pd.read_parquet(path).assign(shard=path.name))
         except (OSError, pyarrow.ArrowException):
             continue
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["shard", "config_hash"])
-
-
-def identical_weights(runs: pd.DataFrame) -> pd.Series:
-    """Per run, the revision with the same checkpoint hash and fewest tokens (else None), per model."""
-    if "checkpoint_hash" not in runs:
-        return pd.Series([None] * len(runs), index=runs.index, dtype=object)
-    ordered = runs.sort_values(["tokens", "revision"], kind="stable", na_position="last")
-    first = ordered.dropna(subset=["checkpoint_hash"]).groupby(["model", "checkpoint_hash"]).revision.first()
-    same = [
-        first.get((m, h)) if isinstance(h, str) else None for m, h in zip(runs.model, runs.checkpoint_hash)
-    ]
-    return pd.Series(
-        [s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object
-    )
 
 
 _MANIFEST_COLUMNS = (
@@ -647,12 +633,3 @@ def _execute(
     if executor == "ray":
         return run_ray(tasks, settings, reporter, ray)
     return run_local(tasks, settings, reporter, prefetch=prefetch)
-
-
-def load_results(out: str | Path) -> pd.DataFrame:
-    """A results directory as one tidy table: one row per head, with its revision's run columns
-    (capability, config and checkpoint hashes, timings) and `same_weights_as`."""
-    heads, runs = read_results(out)
-    runs = runs.assign(same_weights_as=identical_weights(runs))
-    extra = [c for c in runs.columns if c not in heads.columns or c in ("model", "revision")]
-    return heads.merge(runs[extra], on=["model", "revision"], how="left", validate="many_to_one")

@@ -528,19 +528,29 @@ def screen_checkpoint(
     out: str | None = None,
     tokens: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    name: str | None = None,
+    trust_remote_code: bool = False,
+    cache_dir: str | None = None,
 ) -> ScreenResult:
     """Load MODEL (hub id, directory or .gguf) at `revision`, screen it, optionally write Parquet to `out`.
+
+    `revision` of a local folder of checkpoints names its subfolder (sources.checkpoint_location);
+    the tables label the result `name` (default: MODEL).
 
     >>> result = screen_checkpoint("EleutherAI/pythia-160m", revision="step3000")  # doctest: +SKIP
     >>> result.heads.query("induction_circuit")[["head_id", "sel_induction"]]     # doctest: +SKIP
     """
     from headtrace.models import load_model, load_tokenizer
+    from headtrace.sources import checkpoint_location
     from headtrace.store import write_shard
 
     config.validate()
-    adapter = load_model(model, revision=revision, dtype=config.dtype, device=config.device)
-    probe = build_probe(config, lambda: load_tokenizer(model, revision))
-    result = screen(adapter, probe, config, model_name=model, revision=revision, tokens=tokens, progress=progress)
+    location, hub_revision, found_tokens = checkpoint_location(model, revision)
+    adapter = load_model(location, revision=hub_revision, dtype=config.dtype, device=config.device,
+                         trust_remote_code=trust_remote_code, cache_dir=cache_dir)
+    probe = build_probe(config, lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
+    result = screen(adapter, probe, config, model_name=name or model, revision=revision,
+                    tokens=found_tokens if tokens is None else tokens, progress=progress)
     if out is not None:
         write_shard(out, result.heads, result.run)
     return result

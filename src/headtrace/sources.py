@@ -27,12 +27,12 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from filelock import FileLock
 
 from headtrace.errors import DiskFull, HeadtraceError
-from headtrace.revisions import Revision, catalog, tokens_per_step_for
+from headtrace.revisions import Revision, catalog, select, tokens_per_step_for
 
 ByteProgress = Callable[[int, int], None]  # (bytes done so far, bytes in total) for one revision
 
@@ -538,6 +538,7 @@ def _local_checkpoint(source: str, revision: Revision, folder: Path, started: fl
     weights = weight_files([p.name for p in folder.iterdir() if p.is_file()])
     if not weights:
         raise HeadtraceError(f"'{folder}' has no .safetensors or .bin weight files")
+    check_safetensors(folder / name for name in weights)
     digests = {name: file_digest(folder / name) for name in weights}
     return Checkpoint(
         source=source,
@@ -546,3 +547,44 @@ def _local_checkpoint(source: str, revision: Revision, folder: Path, started: fl
         checkpoint_hash=checkpoint_hash(digests),
         fetch_s=time.perf_counter() - started,
     )
+
+
+def is_local(model: str) -> bool:
+    """Whether MODEL names a local folder or .gguf file rather than a hub id."""
+    return model.endswith(".gguf") or model.startswith((".", "/", "~")) or Path(model).exists()
+
+
+def checkpoint_location(model: str, revision: str | None) -> tuple[str, str | None, float | None]:
+    """Where MODEL at REVISION loads from: (location, hub revision, tokens seen).
+
+    A hub id passes through. A local checkpoint (a folder with a config.json, a .gguf file) has no
+    revisions: a revision would only label its result wrongly, so it is refused. A folder of
+    checkpoints (an organism's output, or one subfolder per revision) serves its subfolders."""
+    if revision is None or not is_local(model):
+        return model, revision, None
+    folder = Path(model).expanduser()
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        source = LocalSource(str(folder), model=model, organism=(folder / REVISIONS_FILE).is_file())
+        [found] = select(source.revisions(), [revision], model)
+        return str(folder / found.name), None, found.tokens
+    kind = "GGUF file" if model.endswith(".gguf") else "checkpoint folder"
+    raise HeadtraceError(
+        f"--revision {revision} does not apply to '{model}': a local {kind} holds one checkpoint and no "
+        "revisions; drop --revision (a folder with one checkpoint subfolder per revision serves revisions)"
+    )
+
+
+def check_safetensors(paths: Iterable[Path]) -> None:
+    """A truncated or garbage .safetensors file fails here, named, before a model is built from it
+    (its header is read and checked against the file's size; the tensors are not read)."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in paths:
+        if path.suffix != ".safetensors":
+            continue
+        try:
+            with safe_open(path, framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            raise HeadtraceError(f"cannot read weights file '{path}': {str(exc).strip().splitlines()[0]}; it is "
+                                 "truncated or corrupt: re-download or re-save it") from None

@@ -14,13 +14,16 @@ that looks finished.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Iterator
 
 import pandas as pd
+import pyarrow
 
 from headtrace.errors import HeadtraceError
 
@@ -39,10 +42,10 @@ def shard_name(model: str, revision: str) -> str:
 
 
 def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
-    """Write to a temporary file beside `path`, fsync, then rename over it."""
+    """Write to a temporary file beside `path`, fsync, then rename over it. The file gets the
+    user's umask (as any file the user writes), not mkstemp's 0600: results folders are shared."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
     try:
         frame.to_parquet(tmp, index=False)
         with open(tmp, "rb") as handle:
@@ -65,12 +68,56 @@ def write_shard(out_dir: str | Path, heads: pd.DataFrame, run: pd.DataFrame) -> 
 
 
 @contextlib.contextmanager
-def writing_results(out_dir: str | Path) -> Iterator[None]:
+def writing_results(out_dir: str | Path, option: str = "--out") -> Iterator[None]:
     """A failed write (disk full, read-only, permissions) becomes one actionable error."""
     try:
         yield
     except OSError as exc:
-        raise HeadtraceError(f"cannot write results to '{out_dir}': {exc.strerror or exc}; free space or pick --out") from None
+        raise HeadtraceError(cannot_write(out_dir, exc, option)) from None
+
+
+def cannot_write(where: str | Path, exc: OSError, option: str = "--out") -> str:
+    """The one-line message for a failed write, with the advice that fits its cause."""
+    advice = "free space or pick another" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "pick another"
+    return f"cannot write results to '{where}': {exc.strerror or exc}; {advice} {option}"
+
+
+def check_writable(out_dir: str | Path, option: str = "--out") -> None:
+    """Fail now, before any expensive work, when `out_dir` (or the folder it would be made in)
+    cannot take a file. Leaves nothing behind: no folder is created."""
+    folder = Path(out_dir).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise HeadtraceError(f"cannot write results to '{out_dir}': '{folder}' is not a folder; pick another {option}")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise HeadtraceError(cannot_write(out_dir, exc, option)) from None
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """One Parquet file of a results directory; a corrupt or truncated one becomes one line naming it."""
+    try:
+        return pd.read_parquet(path)
+    except (OSError, pyarrow.ArrowException) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise HeadtraceError(
+            f"cannot read '{path}': not a valid Parquet file ({reason}); `headtrace run` re-screens that revision "
+            "(or delete the file)"
+        ) from None
+
+
+def readable(path: Path) -> bool:
+    """Whether a Parquet file's footer reads (a cheap check: a truncated file fails it)."""
+    import pyarrow.parquet
+
+    try:
+        pyarrow.parquet.read_metadata(path)
+    except (OSError, pyarrow.ArrowException):
+        return False
+    return True
 
 
 def completed_shards(out_dir: str | Path) -> list[str]:
@@ -88,9 +135,9 @@ def read_results(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     missing = [n for n in names if not (out / HEADS / n).exists()]
     if missing:
         raise HeadtraceError(f"results in '{out}' are inconsistent: run records without head tables: {missing}")
-    runs = pd.concat([pd.read_parquet(out / RUNS / n) for n in names], ignore_index=True)
+    runs = pd.concat([read_table(out / RUNS / n) for n in names], ignore_index=True)
     check_one_config_per_model(out, runs)
-    heads = pd.concat([pd.read_parquet(out / HEADS / n) for n in names], ignore_index=True)
+    heads = pd.concat([read_table(out / HEADS / n) for n in names], ignore_index=True)
     runs = runs.sort_values(["model", "tokens", "revision"], na_position="last", kind="stable").reset_index(drop=True)
     heads = heads.sort_values(["model", "tokens", "revision", "layer", "head"], na_position="last",
                               kind="stable").reset_index(drop=True)
@@ -126,4 +173,50 @@ def write_ablation(out_dir: str | Path, table: pd.DataFrame) -> Path:
 def read_ablations(out_dir: str | Path) -> pd.DataFrame | None:
     """Every ablation condition stored under DIR/ablations, one row per condition; None when there are none."""
     paths = sorted((Path(out_dir) / ABLATIONS).glob("*.parquet"))
-    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True) if paths else None
+    return pd.concat([read_table(p) for p in paths], ignore_index=True) if paths else None
+
+
+def identical_weights(runs: pd.DataFrame) -> pd.Series:
+    """Per run, the revision with the same checkpoint hash and fewest tokens (else None), per model."""
+    if "checkpoint_hash" not in runs:
+        return pd.Series([None] * len(runs), index=runs.index, dtype=object)
+    ordered = runs.sort_values(["tokens", "revision"], kind="stable", na_position="last")
+    first = ordered.dropna(subset=["checkpoint_hash"]).groupby(["model", "checkpoint_hash"]).revision.first()
+    same = [
+        first.get((m, h)) if isinstance(h, str) else None for m, h in zip(runs.model, runs.checkpoint_hash)
+    ]
+    return pd.Series(
+        [s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object
+    )
+
+
+def load_results(out: str | Path) -> pd.DataFrame:
+    """A results directory as one tidy table: one row per head, with its revision's run columns
+    (capability, config and checkpoint hashes, timings) and `same_weights_as`."""
+    heads, runs = read_results(out)
+    runs = runs.assign(same_weights_as=identical_weights(runs))
+    extra = [c for c in runs.columns if c not in heads.columns or c in ("model", "revision")]
+    return heads.merge(runs[extra], on=["model", "revision"], how="left", validate="many_to_one")
+
+
+SAVE_FORMATS = (".parquet", ".csv", ".json")
+
+
+def check_save_path(path: str | Path) -> None:
+    """A `--save` path must name a format by its extension and lie where a file can be written."""
+    path = Path(path)
+    if path.suffix.lower() not in SAVE_FORMATS:
+        raise HeadtraceError(f"cannot tell the format of '{path}' from its extension; end it with "
+                             f"{', '.join(SAVE_FORMATS)}")
+    check_writable(path.parent, "--save path")
+
+
+def save_table(table: pd.DataFrame, path: str | Path) -> None:
+    """Write a table in the format its extension names (.parquet, .csv or .json: one record per row)."""
+    path = Path(path)
+    check_save_path(path)
+    writers = {".parquet": lambda p: table.to_parquet(p, index=False), ".csv": lambda p: table.to_csv(p, index=False),
+               ".json": lambda p: table.to_json(p, orient="records", indent=1)}
+    with writing_results(path, "--save path"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writers[path.suffix.lower()](path)
