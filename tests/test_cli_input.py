@@ -275,7 +275,7 @@ def test_the_screen_summary_lists_the_strongest_heads_and_all_prints_every_one()
         assert sum(line.lstrip("│ ").startswith("L") and "H" in line[:8] for line in text.splitlines()) == rows
     assert "(--all: every one)" not in text and "all 16 labelled heads" in text
     for said in ("induction circuit (>= 50x)", "sink heads (first-token >= 30x)", "top-1 at the query",
-                 "selectivity ceilings of this probe: induction 1234x"):
+                 "selectivity ceilings of this probe (reference baseline): induction 1234.0x", "duplicate "):
         assert said in text
 
 
