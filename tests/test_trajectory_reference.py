@@ -141,7 +141,7 @@ def test_findings(panel):
     assert table.loc["F1", "status"] == "holds"
     assert numbers["F1"]["low_layers_never"] == [0, 1, 2, 3]
     # F2: the largest jump is 14 -> 38 heads of a rise from 0 to 74: gradual under the 50% criterion.
-    assert table.loc["F2", "status"] == "does not hold" and numbers["F2"]["verdict"] == "gradual"
+    assert table.loc["F2", "status"] == "gradual" and numbers["F2"]["verdict"] == "gradual"
     assert numbers["F2"]["share"] == pytest.approx((38 - 14) / 74)
     assert (numbers["F2"]["jump_from"], numbers["F2"]["jump_to"], numbers["F2"]["monotone"]) == (
         "step3000", "step10000", True)
@@ -161,7 +161,8 @@ def test_findings(panel):
         crossing = next(i for i, s in enumerate(STEPS) if raw_screen(s)[key]["induction"] >= 50)
         assert numbers["F5"]["heads"][design_id(key)]["lead_revisions"] == crossing - elevated
     assert {h: v["lead_revisions"] for h, v in numbers["F5"]["heads"].items()} == {"L4H4": 2, "L7H0": 2, "L7H1": 0}
-    assert table.loc["F5", "status"] == "holds"
+    assert table.loc["F5", "status"] == "holds" and not numbers["F5"]["fragile"]
+    assert "median lead 0 to 2, holds throughout" in table.loc["F5", "statement"]
     assert table.loc["F6", "status"] == "not measurable" and "sel_null" in table.loc["F6", "statement"]
 
 
@@ -186,7 +187,7 @@ def test_cli_import_and_findings(tmp_path, monkeypatch, capsys):
     table = pd.read_parquet(out / "findings.parquet")
     assert list(table.finding) == ["F1", "F2", "F3", "F4", "F5", "F6"]
     markdown = (out / "findings.md").read_text()
-    assert "| EleutherAI/pythia-1b | F2 | shape | does not hold | gradual:" in markdown
+    assert "| EleutherAI/pythia-1b | F2 | shape | gradual | gradual:" in markdown
     assert "step38000 < t <= step143000" in markdown
     assert "F4 early" in capsys.readouterr().out
 

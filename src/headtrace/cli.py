@@ -309,7 +309,8 @@ def ablate(
         console.print(f"results written to {out}/ablations/")
 
 
-STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim"}
+STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim", "sharp": "cyan",
+                "gradual": "cyan", "as expected": "green", "differs": "yellow"}
 
 
 @app.command()
@@ -321,12 +322,20 @@ def findings(
         None, help="F4: early when recall reaches 2/3 within this share of training tokens [0.1]."),
     pr_rise_fraction: Optional[float] = typer.Option(
         None, help="F5: PR is elevated at this fraction of its largest rise above its running minimum [0.5]."),
+    panel: Optional[Path] = typer.Option(
+        None, help="Panel file whose models state expected results (expect = { F2 = \"gradual\" }); kept in "
+        "RESULTS/expect.json for later calls and the report."),
 ) -> None:
     """Findings F1-F6 per model; writes findings.parquet and findings.md into the results directory."""
     from headtrace.trajectory import TrajectoryConfig, write_findings
 
+    expect = None
+    if panel is not None:
+        from headtrace.panel import load_panel
+
+        expect = load_panel(panel).expectations
     options = {"sharp_share": sharp_share, "early_share": early_share, "pr_rise_fraction": pr_rise_fraction}
-    table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}))
+    table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}), expect)
     shown = Table(title=f"findings: {results}", show_lines=True)
     for column in ("model", "finding", "status"):
         shown.add_column(column, no_wrap=True)

@@ -13,6 +13,7 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     revisions = ["step1", "step4"]       # or "log:10" (log-spaced by tokens) or "all"
     # path = "checkpoints/run1"          # local and organism sources (relative to this file)
     # tokens_per_step = 4194304          # stepN names of schemes headtrace does not know
+    # expect = { F2 = "gradual" }        # expected result of a measurement finding: as expected / differs
     [ablation]                           # optional: circuit, seeds, mode, revisions
     [download]                           # optional: attempts, backoff_s, max_backoff_s (RetryPolicy)
 
@@ -59,6 +60,7 @@ from headtrace.revisions import select
 from headtrace.screen import SCHEMA_VERSION, ScreenConfig
 from headtrace.sources import CheckpointSource, HubSource, LocalSource, RetryPolicy
 from headtrace.store import HEADS, RUNS, read_results
+from headtrace.trajectory import check_expectations
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,6 +88,7 @@ class ModelSpec:
     source: str = "hub"
     path: str | None = None
     tokens_per_step: float | None = None
+    expect: tuple[tuple[str, str], ...] = ()  # (finding, expected result), e.g. (("F2", "gradual"),)
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
     def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
@@ -119,6 +122,11 @@ class Panel:
     path: str | None = None
     sha256: str | None = None
 
+    @property
+    def expectations(self) -> dict[str, dict[str, str]]:
+        """Per model, the expected result of each measurement finding it names (trajectory.findings)."""
+        return {m.id: dict(m.expect) for m in self.models if m.expect}
+
 
 # Allowed keys of each table and their types ("revisions": a string or a list of strings).
 _ROOT_KEYS = {
@@ -135,6 +143,7 @@ _MODEL_KEYS = {
     "path": "str",
     "revisions": "revisions",
     "tokens_per_step": "float",
+    "expect": "table",
 }
 _ABLATION_KEYS = {
     f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationSpec)
@@ -279,6 +288,12 @@ def load_panel(path: str | Path) -> Panel:
             )
         if values.get("tokens_per_step") is not None and values["tokens_per_step"] <= 0:
             raise check.fail(table, "tokens_per_step", "tokens_per_step must be positive")
+        if "expect" in values:
+            try:
+                check_expectations({values["id"]: values["expect"]})
+            except HeadtraceError as exc:
+                raise check.fail(table, "expect", str(exc)) from None
+            values["expect"] = tuple(sorted(values["expect"].items()))
         if any(m.id == values["id"] for m in models):
             raise check.fail(table, "id", f"model '{values['id']}' is listed twice")
         models.append(ModelSpec(**values, line=check.lines.of(table, "revisions")))
