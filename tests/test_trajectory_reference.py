@@ -5,6 +5,7 @@ Expected values come from DESIGN.md or are computed here from the raw JSON with 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -113,6 +114,60 @@ def test_final_circuit_and_recall(panel):
     assert list(per_revision[:6]) == [0.0] * 6
     assert per_revision["step3000"] == pytest.approx(2 / 3) and per_revision["step10000"] == pytest.approx(2 / 3)
     assert per_revision["step38000"] == 1.0 and per_revision["step143000"] == 1.0
+
+
+def reference_best_class(values: dict[str, float]) -> str:
+    """The reference's best class: the first maximum in the file's class order."""
+    return max(values, key=values.get)
+
+
+def test_previous_token_circuit_is_the_references(panel):
+    """Best class previous-token and >= 100x, counted from the raw files at every revision; at
+    step143000 that is the study's 8 heads. The looser set (any head >= 100x) keeps its own name."""
+    heads = panel[0]
+    for step in STEPS:
+        raw = raw_screen(step)
+        strict = {design_id(k) for k, v in raw.items()
+                  if reference_best_class(v) == "previous-token" and v["previous-token"] >= 100}
+        loose = {design_id(k) for k, v in raw.items() if v["previous-token"] >= 100}
+        rows = heads.loc[heads.revision == f"step{step}"]
+        assert set(rows.loc[rows.previous_circuit, "head_id"]) == strict
+        assert set(rows.loc[rows.previous_any, "head_id"]) == loose
+    final = heads.loc[heads.revision == "step143000"]
+    assert final.previous_circuit.sum() == 8 and final.previous_any.sum() > 8
+    table = revision_table(*panel)
+    assert table.screen_previous_circuit.iloc[-1] == 8 and table.screen_previous_any.iloc[-1] == final.previous_any.sum()
+
+
+def trapezoid_log_tokens(steps: list[int], values: list[float]) -> float:
+    """The study's time-integrated PR, written out: trapezoid of max(PR - 1, 0) over ln(tokens)."""
+    x = [math.log(s * 2_097_152) for s in steps]
+    y = [max(v - 1.0, 0.0) for v in values]
+    return sum((x[i + 1] - x[i]) * (y[i] + y[i + 1]) / 2 for i in range(len(x) - 1))
+
+
+def test_pr_top_k_is_the_time_integrated_pr_ranking(panel, tmp_path):
+    from headtrace.ablation import AblationConfig, pr_ranking, pr_top_circuit
+
+    out = tmp_path / "pythia"
+    import_reference(sorted(REFERENCE.glob("*.json")), out)
+    pr = raw_pr()
+    integral = {design_id(k): trapezoid_log_tokens(pr["ckpt_step"], v) for k, v in pr["pr"].items()}
+    expected = sorted(integral, key=lambda h: -integral[h])
+    ranking = pr_ranking(panel[0])
+    assert list(ranking.head_id[:10]) == expected[:10]
+    assert dict(zip(ranking.head_id, ranking.integral)) == pytest.approx(integral, rel=1e-9)
+    for k in (1, 5, 12):
+        heads, source = pr_top_circuit(out, "EleutherAI/pythia-1b", k)
+        assert {f"L{l}H{h}" for l, h in heads} == set(expected[:k])
+        assert source.startswith("time-integrated PR over 10 revisions")
+    with pytest.raises(HeadtraceError, match="needs PR at two or more revisions of org/other"):
+        pr_top_circuit(out, "org/other", 3)
+    with pytest.raises(HeadtraceError, match="pass --out DIR"):
+        pr_top_circuit(None, "EleutherAI/pythia-1b", 3)
+    AblationConfig(circuit="pr-top:4").validate()
+    with pytest.raises(HeadtraceError, match="K must be >= 1"):
+        AblationConfig(circuit="pr-top:0").validate()
 
 
 def test_pr_imported_per_head_and_revision(panel):

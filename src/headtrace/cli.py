@@ -229,13 +229,21 @@ def _print_organism_trajectories(results_dir: Path) -> None:
 
 
 def print_ablation(result) -> None:
-    """The conditions' metrics (matched-random seeds as mean and range), the differential and the verdict."""
+    """The conditions' metrics (matched-random seeds as mean and range), the deciding metric, the
+    differential and the verdict."""
+    import json
+
+    from headtrace.ablation import MIN_TOP1
+
     table = result.table
     first = table.iloc[0]
     shown = Table(title=f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})")
     for column in ("condition", "heads", "top-1", "top-5", "loss", "logit"):
         shown.add_column(column, justify="left" if column in ("condition", "heads") else "right")
     metrics = ("top1", "top5", "loss", "mean_logit_answer")
+    deciding = metrics.index(first.decided_by)
+    shown.columns[2 + deciding].header += "*"
+    shown.caption = "* the deciding metric"
 
     def add(label: str, heads: str, values) -> None:
         shown.add_row(label, heads, *values)
@@ -256,6 +264,10 @@ def print_ablation(result) -> None:
                       f"set has {shortfall} head(s) fewer than the circuit (column shortfall), which favours "
                       "'necessary'", highlight=False)
     style = "green" if first.verdict == "necessary" else "yellow"
+    chosen = json.loads(first.config_json).get("metric", "auto")
+    why = (f"set by --metric {chosen}" if chosen != "auto" else
+           f"clean top-1 {table.top1.iloc[0]:.3f} {'>=' if first.decided_by == 'top1' else '<'} {MIN_TOP1:g}")
+    out_console.print(f"deciding metric: {first.decided_by} ({why})", highlight=False)
     out_console.print(
         f"differential ({first.decided_by}; damage(circuit) - damage(random)): {first.differential:+.4f} "
         f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and seeds) "
@@ -266,14 +278,18 @@ def print_ablation(result) -> None:
 @app.command()
 def ablate(
     model: str = typer.Argument(..., help="Hub id, local directory, or .gguf file."),
-    circuit: str = typer.Option(..., help="induction, previous-token, sink (the screen's all-head sets) or heads "
-                                "like L2H11,L4H12."),
+    circuit: str = typer.Option(..., help="induction, previous-token (best class previous-token, >= 100x), "
+                                "previous-token-any (>= 100x), sink (the screen's all-head sets); pr-top:K (the K "
+                                "heads of highest time-integrated PR over the revisions in --out); or heads like "
+                                "L2H11,L4H12."),
     revision: Optional[str] = typer.Option(None, help="Hub revision (branch, tag or commit)."),
     seeds: int = typer.Option(20, help="Matched-random draws (same layers, same count per layer)."),
     mode: str = typer.Option("zero", help="zero, or mean (the head's mean output over the probe)."),
     seed: int = typer.Option(0, "--ablation-seed", help="Seed of the random draws and the bootstrap."),
     n_bootstrap: int = typer.Option(2000, help="Bootstrap resamples for the differential's interval."),
     singles: bool = typer.Option(True, help="Also ablate each circuit head alone."),
+    metric: str = typer.Option("auto", help="Deciding metric: top1 or loss [auto: top1 when the clean top-1 "
+                               "is >= 0.1, else loss]."),
     stack: int = typer.Option(8, help="Conditions per forward pass (memory, not results)."),
     n_examples: int = typer.Option(2000, "--n-examples", "-n", help="Probe sequences."),
     seq_len: int = typer.Option(256, help="Probe sequence length T."),
@@ -298,7 +314,7 @@ def ablate(
                           dtype=dtype, device=device, batch_size=batch_size)
     config.validate()
     ablation = AblationConfig(circuit=circuit, seeds=seeds, mode=mode, seed=seed, n_bootstrap=n_bootstrap,
-                              singles=singles, stack=stack)
+                              singles=singles, stack=stack, metric=metric)
     ablation.validate()
     console.print(f"loading {model}" + (f" at {revision}" if revision else ""))
     with progress_bars(f"screening {model}", "ablating") as (screening, ablating):

@@ -83,7 +83,10 @@ def _file_digest(path: str) -> str:
 
 
 def add_labels(table: pd.DataFrame, config: ScreenConfig) -> None:
-    """Best class, label and all-head screen memberships from the selectivity columns (in place)."""
+    """Best class, label and all-head screen memberships from the selectivity columns (in place).
+
+    previous_circuit is the reference's shipped circuit: best class previous-token and previous-token
+    selectivity >= the threshold; previous_any drops the best-class condition (docs/definitions.md)."""
     sel = table[[f"sel_{CLASS_KEYS[c]}" for c in CLASSES]].to_numpy()
     filled = np.where(np.isnan(sel), -np.inf, sel)
     best = filled.argmax(axis=1)  # first maximum: ties keep the table order
@@ -92,5 +95,6 @@ def add_labels(table: pd.DataFrame, config: ScreenConfig) -> None:
     table["best_selectivity"] = np.where(np.isfinite(best_value), best_value, np.nan)
     table["label"] = np.where(best_value >= config.label_threshold, table["best_class"], "unclassified")
     table["induction_circuit"] = table["sel_induction"] >= config.induction_threshold
-    table["previous_circuit"] = table["sel_previous"] >= config.previous_threshold
+    table["previous_any"] = table["sel_previous"] >= config.previous_threshold
+    table["previous_circuit"] = table["previous_any"] & (table["best_class"] == "previous-token")
     table["sink"] = table["sel_first"] >= config.sink_threshold

@@ -6,7 +6,8 @@ and the study's findings F1-F6 as one table, each judged by an explicit criterio
 live in `TrajectoryConfig`.
 
 Counts come in two kinds, named apart: `screen_*` columns are the all-head screens (a head may be
-in several: induction circuit >= 50x, previous-token circuit >= 100x, sink = first-token >= 30x,
+in several: induction circuit >= 50x, previous-token circuit = best class previous-token and >= 100x
+(the reference's shipped circuit; `previous_any`: any head >= 100x), sink = first-token >= 30x,
 Gu sink score > 0.3), `label_*` columns count best-class labels (one per head). Both are re-derived
 from the selectivity columns with `screen.add_labels`, so their thresholds are parameters of the
 analysis; with the defaults they equal the screen's own columns.
@@ -65,7 +66,7 @@ SHARP, GRADUAL = "sharp", "gradual"  # F2 is a measurement: its status is the sh
 AS_EXPECTED, DIFFERS = "as expected", "differs"  # ... or, given an expected shape, the comparison
 EXPECTABLE: dict[str, tuple[str, ...]] = {"F2": (SHARP, GRADUAL)}  # findings a panel may state an expectation for
 PR_RISE_RANGE: tuple[float, ...] = tuple(np.round(np.linspace(0.25, 0.75, 11), 2))  # F5 sensitivity grid
-SCREENS: tuple[str, ...] = ("induction_circuit", "previous_circuit", "sink", "gu_sink")
+SCREENS: tuple[str, ...] = ("induction_circuit", "previous_circuit", "previous_any", "sink", "gu_sink")
 LABELS: tuple[tuple[str, str], ...] = tuple(CLASS_KEYS.items()) + (("unclassified", "unclassified"),)
 CAPABILITY: tuple[str, ...] = ("top1", "top5", "loss", "mean_logit_answer")
 REQUIRED_HEAD_COLUMNS = ("model", "revision", "tokens", "layer", "head", "head_id") + tuple(
