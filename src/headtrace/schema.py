@@ -37,6 +37,7 @@ class ScreenConfig:
     probe: str = "synthetic"  # synthetic | natural
     texts: str | None = None  # natural probe: a .txt (blank-line separated) or .jsonl ("text") file
     dtype: str = "float32"
+    pr_examples: int | None = None  # PR from the first N examples only (the study: 500); None: all of them
     device: str = "cpu"
     batch_size: int = 16
     label_threshold: float = 30.0
@@ -55,6 +56,9 @@ class ScreenConfig:
             raise HeadtraceError(f"batch-size must be >= 1 (got {self.batch_size})")
         if self.probe not in ("synthetic", "natural"):
             raise HeadtraceError(f"unknown probe '{self.probe}'; use synthetic or natural")
+        if self.pr_examples is not None and not 1 <= self.pr_examples <= self.n_examples:
+            raise HeadtraceError(f"pr-examples must be between 1 and n-examples ({self.n_examples}) "
+                                 f"(got {self.pr_examples})")
         if self.probe == "natural" and not self.texts:
             raise HeadtraceError("the natural probe needs --texts FILE (a .txt or .jsonl corpus)")
 
@@ -64,6 +68,8 @@ class ScreenConfig:
     @property
     def config_hash(self) -> str:
         fields = {k: v for k, v in self.to_dict().items() if k not in self._NOT_HASHED}
+        if self.pr_examples is None:  # the default (every example): results hashed before the field existed match
+            del fields["pr_examples"]
         if self.texts:
             fields["texts"] = _file_digest(self.texts)
         payload = json.dumps({"schema": SCHEMA_VERSION, **fields}, sort_keys=True)
