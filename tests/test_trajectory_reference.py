@@ -221,6 +221,30 @@ def test_findings(panel):
     assert table.loc["F6", "status"] == "not measurable" and "sel_null" in table.loc["F6", "statement"]
 
 
+def test_imported_runs_say_where_their_values_came_from(panel):
+    """The screen files state n (2000) but not the precision; the PR file states n = 500 and fp16."""
+    runs = panel[1]
+    pr = raw_pr()
+    assert set(runs.n_examples) == {2000} and runs.dtype.isna().all()
+    assert set(runs.pr_examples) == {pr["n_examples"]} == {500} and set(runs.pr_dtype) == {"float16"}
+    config = json.loads(runs.config_json.iloc[0])
+    assert config["pr"] == {"n_examples": 500, "dtype": "float16"} and config["screen"]["dtype"] is None
+
+
+def test_unused_pr_files_are_warned_about(tmp_path):
+    screens = [REFERENCE / f"screen_step{s}.json" for s in (3000, 10000, 143000)]
+    other = tmp_path / "pr_other.json"
+    other.write_text(json.dumps({**raw_pr(), "model": "EleutherAI/pythia-410m"}))
+    heard: list[str] = []
+    import_reference([*screens, other], tmp_path / "a", heard.append)
+    assert len(heard) == 1 and "model EleutherAI/pythia-410m matches no imported screen" in heard[0]
+    assert read_results(tmp_path / "a")[0].pr.isna().all()
+    heard.clear()
+    import_reference([*screens, REFERENCE / "pr_trajectory.json"], tmp_path / "b", heard.append)
+    assert heard == [f"'{REFERENCE / 'pr_trajectory.json'}': PR of 7 revision(s) of EleutherAI/pythia-1b without a "
+                     "screen file is not imported (step1, step4, step16, step64, step256, step512, step38000)"]
+
+
 def test_pr_collapse_from_initialisation_is_not_elevation():
     collapse = raw_pr()["pr"]["L0_H0"]  # 182 at step1, 2.8 at step38000, 3.7 at step143000
     assert pr_elevation(pd.Series(collapse).to_numpy(), 0.5, 1.0) is None
@@ -238,6 +262,9 @@ def test_cli_import_and_findings(tmp_path, monkeypatch, capsys):
     out = tmp_path / "results"
     files = [str(p) for p in sorted(REFERENCE.glob("*.json"))]
     assert run_cli(monkeypatch, "import-reference", *files, "--out", str(out)) == 0
+    said = " ".join(capsys.readouterr().err.split())
+    assert ("EleutherAI/pythia-1b: selectivities from 10 screen files (n = 2000; precision not stated in the files), "
+            "PR from the PR file (n = 500, float16) at 10 revisions") in said and "warning" not in said
     assert run_cli(monkeypatch, "findings", str(out)) == 0
     table = pd.read_parquet(out / "findings.parquet")
     assert list(table.finding) == ["F1", "F2", "F3", "F4", "F5", "F6"]

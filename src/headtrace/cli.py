@@ -369,9 +369,18 @@ def import_reference(
     out: Path = typer.Option(..., "--out", "-o", help="Results directory to write the shards into."),
 ) -> None:
     """Import the reference implementation's JSON results as a headtrace results directory."""
-    from headtrace.reference import import_reference as convert
+    import pandas as pd
 
-    written = convert(files, out)
+    from headtrace.reference import import_reference as convert
+    from headtrace.reference import provenance
+
+    def warn(message: str) -> None:
+        console.print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+    written = convert(files, out, warn)
+    runs = pd.concat([pd.read_parquet(path) for path in written], ignore_index=True)
+    for line in provenance(runs):
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
     console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}")
 
 
