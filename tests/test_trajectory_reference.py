@@ -1,6 +1,6 @@
-"""The reference implementation's Pythia-1B results, imported and re-analysed, reproduce DESIGN.md §5.
+"""The reference implementation's Pythia-1B results, imported and re-analysed, reproduce the study's figures.
 
-Expected values come from DESIGN.md or are computed here from the raw JSON with plain Python."""
+Expected values are the study's published figures or are computed here from the raw JSON with plain Python."""
 
 from __future__ import annotations
 
@@ -263,8 +263,8 @@ def test_cli_import_and_findings(tmp_path, monkeypatch, capsys):
     files = [str(p) for p in sorted(REFERENCE.glob("*.json"))]
     assert run_cli(monkeypatch, "import-reference", *files, "--out", str(out)) == 0
     said = " ".join(capsys.readouterr().err.split())
-    assert ("EleutherAI/pythia-1b: selectivities from 10 screen files (n = 2000; precision not stated in the files), "
-            "PR from the PR file (n = 500, float16) at 10 revisions") in said and "warning" not in said
+    assert ("EleutherAI/pythia-1b: selectivities from 10 screen file(s) (n = 2000; precision not stated in the files), "
+            "PR from the PR file (n = 500, float16) at 10 revision(s)") in said and "warning" not in said
     assert run_cli(monkeypatch, "findings", str(out)) == 0
     table = pd.read_parquet(out / "findings.parquet")
     assert list(table.finding) == ["F1", "F2", "F3", "F4", "F5", "F6"]
@@ -272,6 +272,10 @@ def test_cli_import_and_findings(tmp_path, monkeypatch, capsys):
     assert "| EleutherAI/pythia-1b | F2 | shape | gradual | gradual:" in markdown
     assert "step38000 < t <= step143000" in markdown
     assert "F4 early" in capsys.readouterr().out
+    # The study's panel says Pythia's sink fraction rises gradually: as expected, never "does not hold".
+    panel = Path(__file__).resolve().parents[1] / "panels" / "xu2026.toml"
+    assert run_cli(monkeypatch, "findings", str(out), "--panel", str(panel)) == 0
+    assert "| EleutherAI/pythia-1b | F2 | shape | as expected | gradual:" in (out / "findings.md").read_text()
 
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys):

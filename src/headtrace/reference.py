@@ -215,10 +215,10 @@ def provenance(runs: pd.DataFrame) -> list[str]:
     lines = []
     for model, group in runs.groupby("model", sort=False):
         sizes = ", ".join(map(str, sorted(set(group.n_examples))))
-        text = f"selectivities from {len(group)} screen files (n = {sizes}; precision not stated in the files)"
+        text = f"selectivities from {len(group)} screen file(s) (n = {sizes}; precision not stated in the files)"
         pr = group.dropna(subset=["pr_examples"])
         if len(pr):
             dtype = ", ".join(sorted(set(pr.pr_dtype.dropna()))) or "precision not stated"
-            text += f", PR from the PR file (n = {int(pr.pr_examples.iloc[0])}, {dtype}) at {len(pr)} revisions"
+            text += f", PR from the PR file (n = {int(pr.pr_examples.iloc[0])}, {dtype}) at {len(pr)} revision(s)"
         lines.append(f"{model}: {text if len(pr) else text + ', no PR'}")
     return lines
