@@ -52,8 +52,8 @@ def natural(n: int = 64) -> None:
     circuit = list(synthetic.loc[synthetic.induction_circuit].sort_values("sel_induction", ascending=False).index)
     rank = nat.sel_induction.rank(ascending=False, method="min").astype(int)
     print("synthetic circuit (>= 50x):", ", ".join(f"{h} {synthetic.sel_induction[h]:.0f}x" for h in circuit))
-    print("natural >= 50x:", ", ".join(f"{h} {v:.0f}x" for h, v in
-                                       nat.loc[nat.induction_circuit, "sel_induction"].sort_values(ascending=False).items()))
+    strong = nat.loc[nat.induction_circuit, "sel_induction"].sort_values(ascending=False)
+    print("natural >= 50x:", ", ".join(f"{h} {v:.0f}x" for h, v in strong.items()))
     print("natural top 10:", ", ".join(f"{h} {v:.1f}x" for h, v in nat.sel_induction.nlargest(10).items()))
     print("rank on natural text of each synthetic circuit head:",
           ", ".join(f"{h} #{rank[h]} ({nat.sel_induction[h]:.1f}x)" for h in circuit))
@@ -79,9 +79,9 @@ def precision(n: int = 64) -> None:
         print(f"{name}: {int(table.baseline_underflow.sum())} of {len(table)} heads underflow; induction circuit "
               f"{sorted(table.index[table.induction_circuit])}; sink {int(table.sink.sum())}; previous "
               f"{int(table.previous_circuit.sum())}; max first-token ratio {table.sel_first.max():.3g}")
-    ratio = (f16.sel_induction / f32.sel_induction)
-    print(f"induction selectivity fp16/fp32 over heads without underflow: median {ratio[~f16.baseline_underflow].median():.3f}, "
-          f"range {ratio[~f16.baseline_underflow].min():.3f}-{ratio[~f16.baseline_underflow].max():.3f}")
+    ratio = (f16.sel_induction / f32.sel_induction)[~f16.baseline_underflow.astype(bool)]
+    print(f"induction selectivity fp16/fp32 over heads without underflow: median {ratio.median():.3f}, "
+          f"range {ratio.min():.3f}-{ratio.max():.3f}")
 
 
 def pr_sample(n: int = 256, k: int = 64) -> None:

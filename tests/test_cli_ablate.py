@@ -51,7 +51,8 @@ def test_pr_top_circuit_and_metric_override(checkpoint, tmp_path):  # noqa: F811
                      "--seeds", 2, "--n-bootstrap", 50, "--out", out)
     assert proc.returncode == 0, proc.stderr
     shown = " ".join(proc.stdout.split())
-    assert "top-1*" in shown and "* the deciding metric" in shown and "deciding metric: top1 (set by --metric top1)" in shown
+    assert "top-1*" in shown and "* the deciding metric" in shown
+    assert "deciding metric: top1 (set by --metric top1)" in shown
     assert "circuit: L0H1,L1H2, from time-integrated PR over 2 revisions" in shown
     table = pd.read_parquet(out / "ablations")
     assert set(table.decided_by) == {"top1"} and set(table.circuit) == {"pr-top:2"}

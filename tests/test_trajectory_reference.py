@@ -136,7 +136,8 @@ def test_previous_token_circuit_is_the_references(panel):
     final = heads.loc[heads.revision == "step143000"]
     assert final.previous_circuit.sum() == 8 and final.previous_any.sum() > 8
     table = revision_table(*panel)
-    assert table.screen_previous_circuit.iloc[-1] == 8 and table.screen_previous_any.iloc[-1] == final.previous_any.sum()
+    assert table.screen_previous_circuit.iloc[-1] == 8
+    assert table.screen_previous_any.iloc[-1] == final.previous_any.sum()
 
 
 def trapezoid_log_tokens(steps: list[int], values: list[float]) -> float:

@@ -18,9 +18,10 @@ directory, as the study ranked them), or a head list.
 
 Metrics per condition at the query (screen.CapabilityAccumulator): top-1, top-5, loss, mean logit of
 the answer. The deciding metric is top-1 when the clean top-1 is at least `MIN_TOP1` (there is room
-to fall), else the loss; `AblationConfig.metric` sets it instead. damage = clean - ablated (top-1) or ablated - clean (loss); the differential
-is damage(circuit) - mean damage(random seeds), with a bootstrap interval that resamples examples and
-seeds; the verdict is "necessary" when the interval lies above 0, else "not shown".
+to fall), else the loss; `AblationConfig.metric` sets it instead. damage = clean - ablated (top-1)
+or ablated - clean (loss); the differential is damage(circuit) - mean damage(random seeds), with a
+bootstrap interval that resamples examples and seeds; the verdict is "necessary" when the interval
+lies above 0, else "not shown".
 
 How it runs fast. One clean pass (full forward) gives the clean metrics, the per-head means and the
 residual stream entering the first layer with ablated heads. Every other condition replays only the

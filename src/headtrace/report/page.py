@@ -104,7 +104,8 @@ def _metadata(data: PanelData) -> str:
         summary.append({
             "model": model, "revisions": len(group), "architecture": first.architecture,
             "layers x heads": f"{first.n_layers} x {first.n_heads}", "probe": first.probe,
-            "examples": first.n_examples, "PR sample": _pr_sample(group), "devices": ", ".join(sorted(map(str, group.device.dropna().unique()))),
+            "examples": first.n_examples, "PR sample": _pr_sample(group),
+            "devices": ", ".join(sorted(map(str, group.device.dropna().unique()))),
             "config hashes": ", ".join(sorted(map(str, group.config_hash.dropna().unique()))),
             "versions": "; ".join(versions), "wall time (s)": group.wall_s.sum(min_count=1),
         })
