@@ -414,7 +414,8 @@ def spectral_plot(data: PanelData, panel: ModelPanel) -> Plot:
             ax.axvline(_at(axis, marks["crossing"]), color="C3", ls=":", lw=1.2)
             ax.set_title(f"{head}: PR leads by {marks['lead_revisions']:+d} revisions", fontsize=8)
         else:
-            ax.set_title(f"{head}: {numbers.get('not_measured', {}).get(head, 'not measured')}", fontsize=7)
+            reason = numbers.get("not_measured", {}).get(head, "not measured")
+            ax.set_title(f"{head}: {reason.split(': ')[-1]}", fontsize=7)  # e.g. "no measurable lead"
     for ax in list(axes.flat)[len(shown):]:
         ax.set_axis_off()
     fig.supxlabel(axis.label, fontsize=8)
