@@ -30,3 +30,31 @@ def test_bad_circuits_are_one_line_exit_2(checkpoint, circuit, message):  # noqa
     assert proc.returncode == 2
     assert message.format(ckpt=checkpoint, name=checkpoint.name) in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
+
+
+def test_pr_top_circuit_and_metric_override(checkpoint, tmp_path):  # noqa: F811
+    """pr-top:K takes the K heads of highest time-integrated PR over the revisions stored in --out;
+    --metric sets the deciding metric, and the table and report say which one decided."""
+    import numpy as np
+
+    from headtrace.store import write_shard
+
+    out = tmp_path / "results"
+    pr = np.full(8, 1.5)
+    pr[[1, 6]] = [4.0, 9.0]  # L0H1 and L1H2 carry the most PR at both revisions
+    for step in (1, 8):
+        heads = pd.DataFrame({"model": str(checkpoint), "revision": f"step{step}", "tokens": step * 1e6,
+                              "layer": np.repeat([0, 1], 4), "head": np.tile(range(4), 2), "pr": pr * step})
+        heads["head_id"] = [f"L{l}H{h}" for l, h in zip(heads["layer"], heads["head"])]
+        write_shard(out, heads, heads[["model", "revision", "tokens"]].iloc[:1])
+    proc = headtrace("ablate", checkpoint, "--circuit", "pr-top:2", "--metric", "top1", "-n", 16, "--seq-len", 64,
+                     "--seeds", 2, "--n-bootstrap", 50, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    shown = " ".join(proc.stdout.split())
+    assert "top-1*" in shown and "* the deciding metric" in shown
+    assert "deciding metric: top1 (set by --metric top1)" in shown
+    assert "circuit: L0H1,L1H2, from time-integrated PR over 2 revisions" in shown
+    table = pd.read_parquet(out / "ablations")
+    assert set(table.decided_by) == {"top1"} and set(table.circuit) == {"pr-top:2"}
+    proc = headtrace("ablate", checkpoint, "--circuit", "pr-top:2", "--metric", "accuracy", "-n", 8, "--seq-len", 64)
+    assert proc.returncode == 2 and "unknown metric 'accuracy'" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,10 +1,11 @@
-"""The reference implementation's Pythia-1B results, imported and re-analysed, reproduce DESIGN.md §5.
+"""The reference implementation's Pythia-1B results, imported and re-analysed, reproduce the study's figures.
 
-Expected values come from DESIGN.md or are computed here from the raw JSON with plain Python."""
+Expected values are the study's published figures or are computed here from the raw JSON with plain Python."""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -115,6 +116,61 @@ def test_final_circuit_and_recall(panel):
     assert per_revision["step38000"] == 1.0 and per_revision["step143000"] == 1.0
 
 
+def reference_best_class(values: dict[str, float]) -> str:
+    """The reference's best class: the first maximum in the file's class order."""
+    return max(values, key=values.get)
+
+
+def test_previous_token_circuit_is_the_references(panel):
+    """Best class previous-token and >= 100x, counted from the raw files at every revision; at
+    step143000 that is the study's 8 heads. The looser set (any head >= 100x) keeps its own name."""
+    heads = panel[0]
+    for step in STEPS:
+        raw = raw_screen(step)
+        strict = {design_id(k) for k, v in raw.items()
+                  if reference_best_class(v) == "previous-token" and v["previous-token"] >= 100}
+        loose = {design_id(k) for k, v in raw.items() if v["previous-token"] >= 100}
+        rows = heads.loc[heads.revision == f"step{step}"]
+        assert set(rows.loc[rows.previous_circuit, "head_id"]) == strict
+        assert set(rows.loc[rows.previous_any, "head_id"]) == loose
+    final = heads.loc[heads.revision == "step143000"]
+    assert final.previous_circuit.sum() == 8 and final.previous_any.sum() > 8
+    table = revision_table(*panel)
+    assert table.screen_previous_circuit.iloc[-1] == 8
+    assert table.screen_previous_any.iloc[-1] == final.previous_any.sum()
+
+
+def trapezoid_log_tokens(steps: list[int], values: list[float]) -> float:
+    """The study's time-integrated PR, written out: trapezoid of max(PR - 1, 0) over ln(tokens)."""
+    x = [math.log(s * 2_097_152) for s in steps]
+    y = [max(v - 1.0, 0.0) for v in values]
+    return sum((x[i + 1] - x[i]) * (y[i] + y[i + 1]) / 2 for i in range(len(x) - 1))
+
+
+def test_pr_top_k_is_the_time_integrated_pr_ranking(panel, tmp_path):
+    from headtrace.ablation import AblationConfig, pr_ranking, pr_top_circuit
+
+    out = tmp_path / "pythia"
+    import_reference(sorted(REFERENCE.glob("*.json")), out)
+    pr = raw_pr()
+    integral = {design_id(k): trapezoid_log_tokens(pr["ckpt_step"], v) for k, v in pr["pr"].items()}
+    expected = sorted(integral, key=lambda h: -integral[h])
+    ranking = pr_ranking(panel[0])
+    assert list(ranking.head_id[:10]) == expected[:10]
+    assert dict(zip(ranking.head_id, ranking.integral)) == pytest.approx(integral, rel=1e-9)
+    for k in (1, 5, 12):
+        heads, source = pr_top_circuit(out, "EleutherAI/pythia-1b", k)
+        assert {f"L{l}H{h}" for l, h in heads} == set(expected[:k])
+        assert source.startswith("time-integrated PR over 10 revisions")
+    with pytest.raises(HeadtraceError, match="needs PR at two or more revisions of org/other"):
+        pr_top_circuit(out, "org/other", 3)
+    with pytest.raises(HeadtraceError, match="pass --out DIR"):
+        pr_top_circuit(None, "EleutherAI/pythia-1b", 3)
+    AblationConfig(circuit="pr-top:4").validate()
+    with pytest.raises(HeadtraceError, match="K must be >= 1"):
+        AblationConfig(circuit="pr-top:0").validate()
+
+
 def test_pr_imported_per_head_and_revision(panel):
     heads = panel[0]
     pr = raw_pr()
@@ -141,7 +197,7 @@ def test_findings(panel):
     assert table.loc["F1", "status"] == "holds"
     assert numbers["F1"]["low_layers_never"] == [0, 1, 2, 3]
     # F2: the largest jump is 14 -> 38 heads of a rise from 0 to 74: gradual under the 50% criterion.
-    assert table.loc["F2", "status"] == "does not hold" and numbers["F2"]["verdict"] == "gradual"
+    assert table.loc["F2", "status"] == "gradual" and numbers["F2"]["verdict"] == "gradual"
     assert numbers["F2"]["share"] == pytest.approx((38 - 14) / 74)
     assert (numbers["F2"]["jump_from"], numbers["F2"]["jump_to"], numbers["F2"]["monotone"]) == (
         "step3000", "step10000", True)
@@ -161,8 +217,33 @@ def test_findings(panel):
         crossing = next(i for i, s in enumerate(STEPS) if raw_screen(s)[key]["induction"] >= 50)
         assert numbers["F5"]["heads"][design_id(key)]["lead_revisions"] == crossing - elevated
     assert {h: v["lead_revisions"] for h, v in numbers["F5"]["heads"].items()} == {"L4H4": 2, "L7H0": 2, "L7H1": 0}
-    assert table.loc["F5", "status"] == "holds"
+    assert table.loc["F5", "status"] == "holds" and not numbers["F5"]["fragile"]
+    assert "median lead 0 to 2, holds throughout" in table.loc["F5", "statement"]
     assert table.loc["F6", "status"] == "not measurable" and "sel_null" in table.loc["F6", "statement"]
+
+
+def test_imported_runs_say_where_their_values_came_from(panel):
+    """The screen files state n (2000) but not the precision; the PR file states n = 500 and fp16."""
+    runs = panel[1]
+    pr = raw_pr()
+    assert set(runs.n_examples) == {2000} and runs.dtype.isna().all()
+    assert set(runs.pr_examples) == {pr["n_examples"]} == {500} and set(runs.pr_dtype) == {"float16"}
+    config = json.loads(runs.config_json.iloc[0])
+    assert config["pr"] == {"n_examples": 500, "dtype": "float16"} and config["screen"]["dtype"] is None
+
+
+def test_unused_pr_files_are_warned_about(tmp_path):
+    screens = [REFERENCE / f"screen_step{s}.json" for s in (3000, 10000, 143000)]
+    other = tmp_path / "pr_other.json"
+    other.write_text(json.dumps({**raw_pr(), "model": "EleutherAI/pythia-410m"}))
+    heard: list[str] = []
+    import_reference([*screens, other], tmp_path / "a", heard.append)
+    assert len(heard) == 1 and "model EleutherAI/pythia-410m matches no imported screen" in heard[0]
+    assert read_results(tmp_path / "a")[0].pr.isna().all()
+    heard.clear()
+    import_reference([*screens, REFERENCE / "pr_trajectory.json"], tmp_path / "b", heard.append)
+    assert heard == [f"'{REFERENCE / 'pr_trajectory.json'}': PR of 7 revision(s) of EleutherAI/pythia-1b without a "
+                     "screen file is not imported (step1, step4, step16, step64, step256, step512, step38000)"]
 
 
 def test_pr_collapse_from_initialisation_is_not_elevation():
@@ -182,13 +263,20 @@ def test_cli_import_and_findings(tmp_path, monkeypatch, capsys):
     out = tmp_path / "results"
     files = [str(p) for p in sorted(REFERENCE.glob("*.json"))]
     assert run_cli(monkeypatch, "import-reference", *files, "--out", str(out)) == 0
+    said = " ".join(capsys.readouterr().err.split())
+    assert ("EleutherAI/pythia-1b: selectivities from 10 screen file(s) (n = 2000; precision not stated in the files), "
+            "PR from the PR file (n = 500, float16) at 10 revision(s)") in said and "warning" not in said
     assert run_cli(monkeypatch, "findings", str(out)) == 0
     table = pd.read_parquet(out / "findings.parquet")
     assert list(table.finding) == ["F1", "F2", "F3", "F4", "F5", "F6"]
     markdown = (out / "findings.md").read_text()
-    assert "| EleutherAI/pythia-1b | F2 | shape | does not hold | gradual:" in markdown
+    assert "| EleutherAI/pythia-1b | F2 | shape | gradual | gradual:" in markdown
     assert "step38000 < t <= step143000" in markdown
     assert "F4 early" in capsys.readouterr().out
+    # The study's panel says Pythia's sink fraction rises gradually: as expected, never "does not hold".
+    panel = Path(__file__).resolve().parents[1] / "panels" / "xu2026.toml"
+    assert run_cli(monkeypatch, "findings", str(out), "--panel", str(panel)) == 0
+    assert "| EleutherAI/pythia-1b | F2 | shape | as expected | gradual:" in (out / "findings.md").read_text()
 
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys):

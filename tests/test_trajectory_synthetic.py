@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS
 from headtrace.store import read_results, write_shard
 from headtrace.trajectory import TrajectoryConfig, findings, revision_table, write_findings
@@ -60,7 +61,7 @@ def numbers(row: pd.Series) -> dict:
 
 def test_planted_sharp_jump_is_sharp():
     row = by_finding(make_heads(6, sel_first=sink_selectivity([0, 0, 1, 1, 12, 12])))["F2"]
-    assert row.status == "holds" and row.statement.startswith("sharp")
+    assert row.status == "sharp" and row.statement.startswith("sharp")
     assert numbers(row)["share"] == pytest.approx(11 / 12)
     assert (numbers(row)["jump_from"], numbers(row)["jump_to"]) == ("step8", "step16")
 
@@ -68,9 +69,9 @@ def test_planted_sharp_jump_is_sharp():
 def test_planted_gradual_ramp_is_gradual_and_threshold_is_a_parameter():
     heads = make_heads(6, sel_first=sink_selectivity([0, 2, 4, 6, 8, 10]))
     row = by_finding(heads)["F2"]
-    assert row.status == "does not hold" and row.statement.startswith("gradual")
+    assert row.status == "gradual" and row.statement.startswith("gradual") and "(< 50%)" in row.statement
     assert numbers(row)["share"] == pytest.approx(0.2) and numbers(row)["monotone"]
-    assert by_finding(heads, TrajectoryConfig(sharp_share=0.2))["F2"].status == "holds"
+    assert by_finding(heads, TrajectoryConfig(sharp_share=0.2))["F2"].status == "sharp"
 
 
 def test_olmo_step_is_sharp_whatever_the_other_revisions():
@@ -80,7 +81,7 @@ def test_olmo_step_is_sharp_whatever_the_other_revisions():
     counts = [0, 0, 2, 5, 10, 19, 180, 220, 256, 256]
     row = by_finding(make_heads(10, 16, 16, tokens=tokens, sel_first=sink_selectivity(counts, 16, 16)))["F2"]
     assert round(19 / 256, 3) == 0.074 and round(180 / 256, 3) == 0.703
-    assert row.status == "holds" and numbers(row)["share"] == pytest.approx(161 / 256)
+    assert row.status == "sharp" and numbers(row)["share"] == pytest.approx(161 / 256)
     assert (numbers(row)["jump_from_tokens"], numbers(row)["jump_to_tokens"]) == (117e9, 264e9)
 
 
@@ -132,7 +133,82 @@ def test_spectral_lead_measures_rise_from_the_floor_not_from_initialisation():
     assert heads["L2H0"]["pr_elevated"] == "step4" and heads["L2H0"]["lead_revisions"] == 1
     assert heads["L2H0"]["lead_tokens"] == pytest.approx(8e9 - 4e9)
     assert heads["L3H0"]["pr_elevated"] == "step16" and heads["L3H0"]["lead_revisions"] == 0
-    assert row.status == "holds"  # median of (1, 0) = 0.5 > 0
+    assert row.status == "holds"  # median of (1, 0) = 0.5 >= 0
+
+
+def test_spectral_lead_of_zero_holds_and_a_head_past_threshold_at_the_start_is_not_measurable():
+    """The claim is "at or before": PR rising at the crossing revision supports it. A head already at
+    50x at the first revision has no measurable lead (never a negative one)."""
+    induction = np.ones((5, 16))
+    induction[2:, head_index("L2H0")] = 90.0  # crosses at step4
+    induction[:, head_index("L3H1")] = 120.0  # past 50x from step1 on
+    pr = np.full((5, 16), 2.0)
+    pr[:, head_index("L2H0")] = [2.0, 2.0, 9.0, 10.0, 10.0]  # elevated at step4 too: lead 0
+    pr[:, head_index("L3H1")] = [2.0, 2.0, 2.0, 2.0, 30.0]  # would be a lead of -4
+    row = by_finding(make_heads(5, sel_induction=induction, pr=pr))["F5"]
+    found = numbers(row)
+    assert found["heads"]["L2H0"]["lead_revisions"] == 0 and found["median_lead_revisions"] == 0
+    assert row.status == "holds"
+    assert "L3H1" not in found["heads"] and "no measurable lead" in found["not_measured"]["L3H1"]
+    assert "L3H1: already at 120x at the first revision" in row.statement
+    assert "L2H0 step4 vs step4 (+0)" in row.statement
+    # The lead does not depend on the rise fraction here (a step from 2 to 9): robust across 0.25-0.75.
+    assert set(found["sensitivity"]) == {f"{f:g}" for f in np.round(np.linspace(0.25, 0.75, 11), 2)}
+    assert not found["fragile"] and "holds throughout" in row.statement
+
+
+def test_spectral_lead_sensitivity_shows_a_fragile_verdict():
+    """PR climbs 2 -> 5 -> 8 -> 11 while selectivity crosses at step4 (index 2): elevated at step2
+    (lead +1) for fractions <= 1/3, at step4 (0) up to 2/3, at step8 (-1) above: the verdict flips."""
+    induction = np.ones((5, 16))
+    induction[2:, head_index("L2H0")] = 90.0
+    pr = np.full((5, 16), 2.0)
+    pr[:, head_index("L2H0")] = [2.0, 5.0, 8.0, 11.0, 11.0]
+    heads = make_heads(5, sel_induction=induction, pr=pr)
+    row = by_finding(heads)["F5"]
+    sensitivity = numbers(row)["sensitivity"]
+    assert row.status == "holds" and numbers(row)["fragile"]
+    assert sensitivity["0.3"]["median_lead_revisions"] == 1 and sensitivity["0.5"]["median_lead_revisions"] == 0
+    assert sensitivity["0.7"]["verdict"] == "does not hold" and sensitivity["0.75"]["median_lead_revisions"] == -1
+    assert "fragile, the verdict flips (holds at 0.25-0.65, does not hold at 0.7-0.75)" in row.statement
+    assert by_finding(heads, TrajectoryConfig(pr_rise_fraction=0.75))["F5"].status == "does not hold"
+
+
+def test_shape_is_compared_only_with_a_stated_expectation(tmp_path):
+    gradual = make_heads(6, model="org/ramp", sel_first=sink_selectivity([0, 2, 4, 6, 8, 10]))
+    sharp = make_heads(6, model="org/step", sel_first=sink_selectivity([0, 0, 1, 1, 12, 12]))
+    heads = pd.concat([gradual, sharp], ignore_index=True)
+    table = findings(heads, None, TrajectoryConfig(), {"org/ramp": {"F2": "gradual"}, "org/step": {"F2": "gradual"}})
+    f2 = table.loc[table.finding == "F2"].set_index("model")
+    assert f2.loc["org/ramp", "status"] == "as expected" and f2.loc["org/step", "status"] == "differs"
+    assert f2.loc["org/step", "statement"].startswith("sharp") and "expected gradual" in f2.loc["org/step", "statement"]
+    assert "does not hold" not in set(findings(heads).loc[lambda t: t.finding == "F2", "status"])
+    with pytest.raises(HeadtraceError, match="F3, which is a claim"):
+        findings(heads, None, TrajectoryConfig(), {"org/ramp": {"F3": "holds"}})
+    with pytest.raises(HeadtraceError, match="'steep' is not one of: sharp, gradual"):
+        findings(heads, None, TrajectoryConfig(), {"org/ramp": {"F2": "steep"}})
+
+
+def test_panel_expectation_reaches_findings_and_the_report(tmp_path, monkeypatch):
+    """`findings --panel` reads `expect` from the panel's models and keeps it for the report."""
+    from headtrace.cli import findings as findings_command
+    from headtrace.report.data import load
+
+    results = tmp_path / "results"
+    heads = make_heads(4, model="org/ramp", sel_first=sink_selectivity([0, 4, 8, 12]))
+    for _, shard in heads.groupby("revision"):
+        write_shard(results, shard, shard[["model", "revision", "tokens"]].iloc[:1])
+    panel = tmp_path / "panel.toml"
+    panel.write_text('name = "p"\n[[models]]\nid = "org/ramp"\nsource = "local"\npath = "."\n'
+                     'revisions = "all"\nexpect = { F2 = "sharp" }\n')
+    findings_command(results, None, None, None, panel)
+    assert json.loads((results / "expect.json").read_text()) == {"org/ramp": {"F2": "sharp"}}
+    report = load(results).findings.set_index("finding")
+    assert report.loc["F2", "status"] == "differs"
+    assert write_findings(results).set_index("finding").loc["F2", "status"] == "differs"
+    panel.write_text(panel.read_text().replace('F2 = "sharp"', 'F5 = "holds"'))
+    with pytest.raises(HeadtraceError, match=r"panel.toml:7: org/ramp: expect names F5"):
+        findings_command(results, None, None, None, panel)
 
 
 def test_noise_floor_counts_heads_above_null_p99_and_ignores_underflow():
@@ -202,7 +278,7 @@ def test_all_nan_head_and_missing_pr():
     pr[:, 0] = np.nan  # the only final-circuit head has no PR
     rows = by_finding(make_heads(4, pr=pr, **selectivity))
     assert rows["F5"].status == "not measurable" and "L0H0: no PR" in rows["F5"].statement
-    assert rows["F2"].status == "holds"  # 0 -> 4 of 16 heads in one step
+    assert rows["F2"].status == "sharp"  # 0 -> 4 of 16 heads in one step
     assert rows["F4"].status == "does not hold" and numbers(rows["F4"])["levels"]["100%"]["share"] == 0.25
     table = revision_table(make_heads(4, pr=pr, **selectivity))
     assert list(table.n_heads) == [16] * 4 and list(table.label_unclassified) == [16, 15, 11, 11]
@@ -229,7 +305,7 @@ def test_two_models_in_one_results_directory(tmp_path):
             write_shard(tmp_path, shard, run)
     table = write_findings(tmp_path)
     status = table.set_index(["model", "finding"])["status"]
-    assert status["org/sharp", "F2"] == "holds" and status["org/ramp", "F2"] == "does not hold"
+    assert status["org/sharp", "F2"] == "sharp" and status["org/ramp", "F2"] == "gradual"
     assert len(table) == 12 and (tmp_path / "findings.md").exists()
     assert pd.read_parquet(tmp_path / "findings.parquet").equals(table)
     revisions = revision_table(*read_results(tmp_path))

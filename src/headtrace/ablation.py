@@ -12,11 +12,16 @@ the whole probe (every example and position, measured in the clean pass). Condit
     layers    every head of the circuit's layers (upper bound)
     single    each circuit head alone
 
+Circuits: the screen's all-head sets (`CIRCUITS`; previous-token is the reference's shipped circuit),
+`pr-top:K` (the K heads of highest time-integrated PR over the revisions stored in the results
+directory, as the study ranked them), or a head list.
+
 Metrics per condition at the query (screen.CapabilityAccumulator): top-1, top-5, loss, mean logit of
 the answer. The deciding metric is top-1 when the clean top-1 is at least `MIN_TOP1` (there is room
-to fall), else the loss. damage = clean - ablated (top-1) or ablated - clean (loss); the differential
-is damage(circuit) - mean damage(random seeds), with a bootstrap interval that resamples examples and
-seeds; the verdict is "necessary" when the interval lies above 0, else "not shown".
+to fall), else the loss; `AblationConfig.metric` sets it instead. damage = clean - ablated (top-1)
+or ablated - clean (loss); the differential is damage(circuit) - mean damage(random seeds), with a
+bootstrap interval that resamples examples and seeds; the verdict is "necessary" when the interval
+lies above 0, else "not shown".
 
 How it runs fast. One clean pass (full forward) gives the clean metrics, the per-head means and the
 residual stream entering the first layer with ablated heads. Every other condition replays only the
@@ -46,12 +51,18 @@ from headtrace.errors import HeadtraceError
 from headtrace.models import HeadLayout, LayerInput, ModelAdapter, head_id
 from headtrace.probes import Probe
 from headtrace.screen import CapabilityAccumulator, ScreenConfig, head_output_hooks, micro_batches
+from headtrace.spectral import time_integrated_pr
 
 Head = tuple[int, int]  # (layer, head)
 Progress = Callable[[int, int], None]
 
-CIRCUITS = {"induction": "induction_circuit", "previous-token": "previous_circuit", "sink": "sink"}
+# The screen's all-head sets (schema.add_labels). previous-token is the reference's shipped circuit
+# (best class previous-token and >= 100x); previous-token-any is every head at >= 100x.
+CIRCUITS = {"induction": "induction_circuit", "previous-token": "previous_circuit",
+            "previous-token-any": "previous_any", "sink": "sink"}
+PR_TOP = re.compile(r"^pr-top:(\d+)$")  # the K heads of highest time-integrated PR over a panel's revisions
 MODES = ("zero", "mean")
+DECIDING = ("auto", "top1", "loss")  # auto: top1 when the clean top-1 is >= MIN_TOP1, else loss
 CONDITIONS = ("clean", "circuit", "random", "layers", "single")
 METRICS = CapabilityAccumulator.METRICS
 MIN_TOP1 = 0.1  # below this clean top-1, top-1 cannot fall far enough to decide: the loss decides
@@ -62,7 +73,7 @@ _HEAD = re.compile(r"^L(\d+)H(\d+)$")
 class AblationConfig:
     """What an ablation does; `config_hash` (with the screen's) covers every field that changes results."""
 
-    circuit: str = "induction"  # induction | previous-token | sink | a head list "L2H11,L4H12"
+    circuit: str = "induction"  # a CIRCUITS name | pr-top:K | a head list "L2H11,L4H12"
     seeds: int = 20  # matched-random draws
     mode: str = "zero"  # zero | mean
     seed: int = 0  # base seed of the random draws and the bootstrap
@@ -70,6 +81,7 @@ class AblationConfig:
     singles: bool = True  # also ablate each circuit head alone
     stack: int = 8  # conditions per forward (memory, not results)
     cache_mb: int = 2048  # keep the clean pass's residual stream when it fits (speed, not results)
+    metric: str = "auto"  # the deciding metric: auto (decided_by) | top1 | loss
 
     _NOT_HASHED = ("stack", "cache_mb")
 
@@ -82,12 +94,18 @@ class AblationConfig:
             raise HeadtraceError(f"n-bootstrap must be >= 1 (got {self.n_bootstrap})")
         if self.stack < 1:
             raise HeadtraceError(f"stack must be >= 1 (got {self.stack})")
+        if self.metric not in DECIDING:
+            raise HeadtraceError(f"unknown metric '{self.metric}'; use top1 or loss (or auto)")
         name = self.circuit.strip()
-        if name not in CIRCUITS:  # a head list: its syntax now, its range once the model is loaded
+        if (match := PR_TOP.match(name)) and int(match[1]) < 1:
+            raise HeadtraceError(f"{name}: K must be >= 1, e.g. pr-top:5")
+        if name not in CIRCUITS and not match:  # a head list: its syntax now, its range once the model is loaded
             parse_heads(name, HeadLayout(n_layers=10**9, n_heads=10**9, n_kv_heads=1, head_dim=1))
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in self._NOT_HASHED}
+        """The hashed fields; metric only when set, so ablations stored before it existed keep their hash."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in self._NOT_HASHED and not (k == "metric" and v == "auto")}
 
     def config_hash(self, screen: ScreenConfig) -> str:
         payload = json.dumps({"ablation": self.to_dict(), "screen": screen.config_hash}, sort_keys=True)
@@ -132,7 +150,7 @@ def parse_heads(text: str, layout: HeadLayout, model: str = "the model") -> tupl
     """'L2H11,L4H12' -> ((2, 11), (4, 12)); every head must exist in `layout`."""
     names = [t.strip() for t in text.split(",") if t.strip()]
     if not names:
-        raise HeadtraceError("the circuit is empty: give induction, previous-token, sink or heads like L2H11,L4H12")
+        raise HeadtraceError(f"the circuit is empty: give {', '.join(CIRCUITS)}, pr-top:K or heads like L2H11,L4H12")
     heads = set()
     valid = (f"valid heads are L0H0..L{layout.n_layers - 1}H{layout.n_heads - 1} "
              f"({layout.n_layers} layers x {layout.n_heads} heads)")
@@ -140,7 +158,7 @@ def parse_heads(text: str, layout: HeadLayout, model: str = "the model") -> tupl
         match = _HEAD.match(name)
         if not match:
             raise HeadtraceError(f"bad head '{name}' in circuit '{text}': write heads as L<layer>H<head> "
-                                 f"(e.g. L2H11,L4H12) or use one of {', '.join(CIRCUITS)}")
+                                 f"(e.g. L2H11,L4H12) or use one of {', '.join(CIRCUITS)}, pr-top:K")
         layer, head = int(match[1]), int(match[2])
         if layer >= layout.n_layers or head >= layout.n_heads:
             raise HeadtraceError(f"head {name} does not exist in {model}: {valid}")
@@ -152,6 +170,41 @@ def circuit_from_screen(heads: pd.DataFrame, circuit: str) -> tuple[Head, ...]:
     """The all-head set a screen's table names (induction_circuit, previous_circuit or sink)."""
     chosen = heads.loc[heads[CIRCUITS[circuit]].astype(bool)]
     return tuple(sorted((int(l), int(h)) for l, h in zip(chosen["layer"], chosen["head"])))
+
+
+def pr_ranking(heads: pd.DataFrame) -> pd.DataFrame:
+    """Per head of one model's revisions: time-integrated PR (spectral.time_integrated_pr, the trapezoid
+    of max(PR - 1, 0) over log(tokens)), highest first; ties in layer, head order."""
+    rows = []
+    for (layer, head), group in heads.sort_values("tokens", kind="stable").groupby(["layer", "head"], sort=True):
+        measured = group.loc[group["pr"].notna() & (group["tokens"] > 0)]
+        rows.append({"layer": int(layer), "head": int(head), "head_id": head_id(int(layer), int(head)),
+                     "integral": time_integrated_pr(measured["tokens"].to_numpy(), measured["pr"].to_numpy()),
+                     "n_revisions": len(measured)})
+    ranking = pd.DataFrame(rows)
+    return ranking.sort_values("integral", ascending=False, kind="stable", na_position="last").reset_index(drop=True)
+
+
+def pr_top_circuit(out: str | Path | None, model: str, k: int) -> tuple[tuple[Head, ...], str]:
+    """The `k` heads of `model` with the highest time-integrated PR over the revisions stored in `out`."""
+    from headtrace.store import read_results
+
+    if out is None:
+        raise HeadtraceError(f"pr-top:{k} ranks heads by PR over a panel's revisions: pass --out DIR holding "
+                             f"{model}'s screened or imported revisions")
+    heads, _ = read_results(out)
+    heads = heads.loc[(heads["model"] == model) & heads["pr"].notna() & (heads["tokens"] > 0)]
+    n_revisions = heads["revision"].nunique()
+    if n_revisions < 2:
+        raise HeadtraceError(f"pr-top:{k} needs PR at two or more revisions of {model} with known tokens in '{out}' "
+                             f"(found {n_revisions}); screen the panel there (headtrace run) or import it")
+    ranking = pr_ranking(heads).dropna(subset=["integral"])
+    if len(ranking) < k:
+        raise HeadtraceError(f"pr-top:{k}: {model} has {len(ranking)} heads with a PR trajectory; pick K <= "
+                             f"{len(ranking)}")
+    chosen = ranking.head(k)
+    return (tuple(sorted(zip(chosen["layer"], chosen["head"]))),
+            f"time-integrated PR over {n_revisions} revisions in {out}")
 
 
 def stored_screen(out: str | Path | None, model: str, revision: str | None, screen: ScreenConfig) -> pd.DataFrame | None:
@@ -323,8 +376,11 @@ def run_conditions(
 # Summaries.
 
 
-def decided_by(clean_top1: float) -> str:
-    """top1 when the clean top-1 leaves room to fall (>= MIN_TOP1), else loss."""
+def decided_by(clean_top1: float, metric: str = "auto") -> str:
+    """The deciding metric: `metric` when set, else top1 when the clean top-1 leaves room to fall
+    (>= MIN_TOP1), else loss."""
+    if metric != "auto":
+        return metric
     return "top1" if clean_top1 >= MIN_TOP1 else "loss"
 
 
@@ -370,7 +426,7 @@ def ablate(
     stats = run_conditions(adapter, probe, conditions, config.mode, screen_config.batch_size, config.stack,
                            config.cache_mb, strategy, progress)
     means = stats.mean(axis=1)  # [conditions, 4]
-    metric = decided_by(means[0, 0])
+    metric = decided_by(means[0, 0], config.metric)
     column = METRICS.index(metric)
     kinds = np.array([c.kind for c in conditions])
     circuit_values = stats[kinds == "circuit", :, column][0]
@@ -419,6 +475,12 @@ def resolve_circuit(
 
     name = config.circuit.strip()
     label = f"{model_name}" + (f"@{revision}" if revision else "")
+    if match := PR_TOP.match(name):
+        heads, source = pr_top_circuit(out, model_name, int(match[1]))
+        if max(l for l, _ in heads) >= adapter.layout.n_layers or max(h for _, h in heads) >= adapter.layout.n_heads:
+            raise HeadtraceError(f"the PR ranking in '{out}' names heads that {label} does not have; is it "
+                                 "another model's?")
+        return heads, source
     if name not in CIRCUITS:
         return parse_heads(name, adapter.layout, label or "the model"), "given"
     heads = stored_screen(out, model_name, revision, screen_config)

@@ -399,13 +399,21 @@ def _print_organism_trajectories(results_dir: Path) -> None:
 
 
 def print_ablation(result) -> None:
-    """The conditions' metrics (matched-random seeds as mean and range), the differential and the verdict."""
+    """The conditions' metrics (matched-random seeds as mean and range), the deciding metric, the
+    differential and the verdict."""
+    import json
+
+    from headtrace.ablation import MIN_TOP1
+
     table = result.table
     first = table.iloc[0]
     shown = Table(title=escape(f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})"))
     for column in ("condition", "heads", "top-1", "top-5", "loss", "logit"):
         shown.add_column(column, justify="left" if column in ("condition", "heads") else "right")
     metrics = ("top1", "top5", "loss", "mean_logit_answer")
+    deciding = metrics.index(first.decided_by)
+    shown.columns[2 + deciding].header += "*"
+    shown.caption = "* the deciding metric"
 
     def add(label: str, heads: str, values) -> None:
         shown.add_row(label, heads, *values)
@@ -426,6 +434,10 @@ def print_ablation(result) -> None:
                       f"set has {shortfall} head(s) fewer than the circuit (column shortfall), which favours "
                       "'necessary'", highlight=False)
     style = "green" if first.verdict == "necessary" else "yellow"
+    chosen = json.loads(first.config_json).get("metric", "auto")
+    why = (f"set by --metric {chosen}" if chosen != "auto" else
+           f"clean top-1 {table.top1.iloc[0]:.3f} {'>=' if first.decided_by == 'top1' else '<'} {MIN_TOP1:g}")
+    out_console.print(f"deciding metric: {first.decided_by} ({why})", highlight=False)
     out_console.print(
         f"differential ({first.decided_by}; damage(circuit) - damage(random)): {first.differential:+.4f} "
         f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and seeds) "
@@ -436,14 +448,18 @@ def print_ablation(result) -> None:
 @app.command()
 def ablate(
     model: str = MODEL,
-    circuit: str = typer.Option(..., help="induction, previous-token, sink (the screen's all-head sets) or heads "
-                                "like L2H11,L4H12."),
+    circuit: str = typer.Option(..., help="induction, previous-token (best class previous-token, >= 100x), "
+                                "previous-token-any (>= 100x), sink (the screen's all-head sets); pr-top:K (the K "
+                                "heads of highest time-integrated PR over the revisions in --out); or heads like "
+                                "L2H11,L4H12."),
     revision: Optional[str] = REVISION,
     seeds: int = typer.Option(20, help="Matched-random draws (same layers, same count per layer)."),
     mode: str = typer.Option("zero", help="zero, or mean (the head's mean output over the probe)."),
     seed: int = typer.Option(0, "--ablation-seed", help="Seed of the random draws and the bootstrap."),
     n_bootstrap: int = typer.Option(2000, help="Bootstrap resamples for the differential's interval."),
     singles: bool = typer.Option(True, help="Also ablate each circuit head alone."),
+    metric: str = typer.Option("auto", help="Deciding metric: top1 or loss [auto: top1 when the clean top-1 "
+                               "is >= 0.1, else loss]."),
     stack: int = typer.Option(8, help="Conditions per forward pass (memory, not results)."),
     n_examples: int = N_EXAMPLES,
     seq_len: int = SEQ_LEN,
@@ -473,7 +489,7 @@ def ablate(
     config = _screen_config(n_examples, seq_len, probe_seed, id_low, id_high, prepend_bos,
                             probe, texts, baseline, dtype, device, batch_size)
     ablation = AblationConfig(circuit=circuit, seeds=seeds, mode=mode, seed=seed, n_bootstrap=n_bootstrap,
-                              singles=singles, stack=stack)
+                              singles=singles, stack=stack, metric=metric)
     ablation.validate()
     location, hub_revision, _ = checkpoint_location(model, revision)
     cache = str(cache_dir) if cache_dir else None
@@ -492,7 +508,8 @@ def ablate(
         console.print(f"results written to {out}/ablations/", highlight=False, markup=False)
 
 
-STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim"}
+STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim", "sharp": "cyan",
+                "gradual": "cyan", "as expected": "green", "differs": "yellow"}
 
 
 @app.command()
@@ -504,13 +521,22 @@ def findings(
         None, help="F4: early when recall reaches 2/3 within this share of training tokens [0.1]."),
     pr_rise_fraction: Optional[float] = typer.Option(
         None, help="F5: PR is elevated at this fraction of its largest rise above its running minimum [0.5]."),
+    panel: Optional[Path] = typer.Option(
+        None, help="Panel file whose models state expected results (expect = { F2 = \"gradual\" }); kept in "
+        "RESULTS/expect.json for later calls and the report."),
 ) -> None:
     """Findings F1-F6 per model; writes findings.parquet and findings.md into the results directory."""
     from headtrace.trajectory import TrajectoryConfig, write_findings
 
+    expect = None
+    if panel is not None:
+        from headtrace.panel import load_panel
+
+        expect = load_panel(panel).expectations
     options = {"sharp_share": sharp_share, "early_share": early_share, "pr_rise_fraction": pr_rise_fraction}
     with console.status(f"computing the findings of {escape(str(results))}"):
-        table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}))
+        table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}),
+                               expect)
     shown = Table(title=f"findings: {escape(str(results))}", show_lines=True)
     # Widths in proportion to the terminal's, so that the statements wrap instead of collapsing.
     shown.add_column("model", overflow="fold", ratio=2)
@@ -531,11 +557,21 @@ def import_reference(
     out: Path = typer.Option(..., "--out", "-o", help="Results directory to write the shards into."),
 ) -> None:
     """Import the reference implementation's JSON results as a headtrace results directory."""
+    import pandas as pd
+
     from headtrace.reference import import_reference as convert
+    from headtrace.reference import provenance
+
+    def warn(message: str) -> None:
+        console.print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
     with console.status(f"importing {len(files)} reference files"):
-        written = convert(files, out)
-    console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}", highlight=False, markup=False)
+        written = convert(files, out, warn)
+    runs = pd.concat([pd.read_parquet(path) for path in written], ignore_index=True)
+    for line in provenance(runs):
+        console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}", highlight=False,
+                  markup=False)
 
 
 @app.command()

@@ -97,6 +97,10 @@ class TaskSettings:
     out: str
     keep_checkpoints: bool = False
     ablation: AblationConfig | None = None
+    model_configs: tuple[tuple[str, ScreenConfig], ...] = ()  # per-model screen configs (a panel model's dtype)
+
+    def config_for(self, model: str) -> ScreenConfig:
+        return dict(self.model_configs).get(model, self.config)
 
 
 def fetch(task: Task, reporter: Reporter) -> Checkpoint | TaskResult:
@@ -119,7 +123,7 @@ def complete(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporte
 def _screen_and_write(
     task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter
 ) -> TaskResult:
-    config = settings.config
+    config = settings.config_for(task.source.name)
     try:
         started = time.perf_counter()
         adapter = load_model(checkpoint.path, dtype=config.dtype, device=config.device)
@@ -142,7 +146,7 @@ def _screen_and_write(
 
 def _screen(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter, adapter, probe,
             load_s: float) -> TaskResult:
-    config = settings.config
+    config = settings.config_for(task.source.name)
     try:
         result = screen(
             adapter,

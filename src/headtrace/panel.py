@@ -13,6 +13,8 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     revisions = ["step1", "step4"]       # or "log:10" (log-spaced by tokens) or "all"
     # path = "checkpoints/run1"          # local and organism sources (relative to this file)
     # tokens_per_step = 4194304          # stepN names of schemes headtrace does not know
+    # expect = { F2 = "gradual" }        # expected result of a measurement finding: as expected / differs
+    # dtype = "float16"                  # this model's compute dtype (default: the [screen] dtype)
     [ablation]                           # optional: circuit, seeds, mode, revisions
     [download]                           # optional: attempts, backoff_s, max_backoff_s (RetryPolicy)
 
@@ -59,6 +61,7 @@ from headtrace.revisions import select
 from headtrace.screen import SCHEMA_VERSION, ScreenConfig
 from headtrace.sources import CheckpointSource, HubSource, LocalSource, RetryPolicy
 from headtrace.store import HEADS, RUNS, identical_weights, load_results, readable  # noqa: F401 (re-exported)
+from headtrace.trajectory import check_expectations
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,6 +72,7 @@ MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
 LOCK = ".headtrace.lock"
 SOURCES = ("hub", "local", "organism")
+DTYPES = ("float32", "bfloat16", "float16")
 CIRCUITS = tuple(ABLATION_CIRCUITS)
 _HEAD_LIST = re.compile(r"^L\d+H\d+(,L\d+H\d+)*$")
 
@@ -86,6 +90,8 @@ class ModelSpec:
     source: str = "hub"
     path: str | None = None
     tokens_per_step: float | None = None
+    expect: tuple[tuple[str, str], ...] = ()  # (finding, expected result), e.g. (("F2", "gradual"),)
+    dtype: str | None = None  # the compute dtype of this model's screens (default: the [screen] dtype)
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
     def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
@@ -119,6 +125,16 @@ class Panel:
     path: str | None = None
     sha256: str | None = None
 
+    def screen_for(self, model: str) -> ScreenConfig:
+        """The screen config of one model: the [screen] section with the model's own dtype, if it has one."""
+        spec = next((m for m in self.models if m.id == model), None)
+        return dataclasses.replace(self.screen, dtype=spec.dtype) if spec and spec.dtype else self.screen
+
+    @property
+    def expectations(self) -> dict[str, dict[str, str]]:
+        """Per model, the expected result of each measurement finding it names (trajectory.findings)."""
+        return {m.id: dict(m.expect) for m in self.models if m.expect}
+
 
 # Allowed keys of each table and their types ("revisions": a string or a list of strings).
 _ROOT_KEYS = {
@@ -135,6 +151,8 @@ _MODEL_KEYS = {
     "path": "str",
     "revisions": "revisions",
     "tokens_per_step": "float",
+    "expect": "table",
+    "dtype": "str",
 }
 _ABLATION_KEYS = {
     f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationSpec)
@@ -176,6 +194,7 @@ class _KeyLines:
 _PYTHON_TYPES = {
     "str": str,
     "str | None": str,
+    "int | None": int,
     "int": int,
     "float": (int, float),
     "bool": bool,
@@ -195,6 +214,7 @@ def _type_ok(value, kind: str) -> bool:
 _TYPE_NAMES = {
     "str": "a string",
     "str | None": "a string",
+    "int | None": "an integer",
     "int": "an integer",
     "float": "a number",
     "bool": "true or false",
@@ -279,6 +299,14 @@ def load_panel(path: str | Path) -> Panel:
             )
         if values.get("tokens_per_step") is not None and values["tokens_per_step"] <= 0:
             raise check.fail(table, "tokens_per_step", "tokens_per_step must be positive")
+        if "dtype" in values:
+            check.choice(table, "dtype", values["dtype"], DTYPES)
+        if "expect" in values:
+            try:
+                check_expectations({values["id"]: values["expect"]})
+            except HeadtraceError as exc:
+                raise check.fail(table, "expect", str(exc)) from None
+            values["expect"] = tuple(sorted(values["expect"].items()))
         if any(m.id == values["id"] for m in models):
             raise check.fail(table, "id", f"model '{values['id']}' is listed twice")
         models.append(ModelSpec(**values, line=check.lines.of(table, "revisions")))
@@ -534,19 +562,19 @@ def run_panel(
         runs = _existing_runs(out)
         _check_written_by_us(out, runs)
         result = PanelRun(out=out, planned=tasks, stale_lock=lock.previous_owner)
-        config_hash = panel.screen.config_hash
         written = dict(zip(runs.shard, runs.config_hash))
         ablation = ablation_config(panel.ablation)
         targets = ablation_targets(panel, tasks)
         todo = []
         for task in tasks:
-            screened = written.get(task.shard) == config_hash
+            config = panel.screen_for(task.source.name)
+            screened = written.get(task.shard) == config.config_hash
             if screened:
                 result.skipped.append(task.shard)
             else:
                 (result.recomputed if task.shard in written else result.computed).append(task.shard)
             ablate = task.shard in targets and not (
-                screened and ablation_done(out, task.source.name, task.revision.name, ablation, panel.screen))
+                screened and ablation_done(out, task.source.name, task.revision.name, ablation, config))
             if ablate:
                 result.to_ablate.append(task.shard)
             elif task.shard in targets:
@@ -629,7 +657,8 @@ def _execute(
     if not tasks:
         return iter(())
     settings = TaskSettings(config=panel.screen, out=str(out), keep_checkpoints=keep,
-                            ablation=ablation_config(panel.ablation))
+                            ablation=ablation_config(panel.ablation),
+                            model_configs=tuple((m.id, panel.screen_for(m.id)) for m in panel.models if m.dtype))
     if executor == "ray":
         return run_ray(tasks, settings, reporter, ray)
     return run_local(tasks, settings, reporter, prefetch=prefetch)

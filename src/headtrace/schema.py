@@ -38,6 +38,7 @@ class ScreenConfig:
     texts: str | None = None  # natural probe: a .txt (blank-line separated) or .jsonl ("text") file
     baseline: str = "reference"  # reference | clean (docs/definitions.md, "The baseline and its ceiling")
     dtype: str = "float32"
+    pr_examples: int | None = None  # PR from the first N examples only (the study: 500); None: all of them
     device: str = "cpu"
     batch_size: int = 16
     label_threshold: float = 30.0
@@ -50,7 +51,7 @@ class ScreenConfig:
     _NOT_HASHED = ("batch_size",)
     # Fields added since results were first written, hashed only away from their default, so that
     # existing results keep their hash.
-    _HASHED_WHEN_SET = {"baseline": "reference"}
+    _HASHED_WHEN_SET = {"baseline": "reference", "pr_examples": None}
 
     def validate(self) -> None:
         if self.n_examples < 1:
@@ -59,6 +60,9 @@ class ScreenConfig:
             raise HeadtraceError(f"batch-size must be >= 1 (got {self.batch_size})")
         if self.probe not in ("synthetic", "natural"):
             raise HeadtraceError(f"unknown probe '{self.probe}'; use synthetic or natural")
+        if self.pr_examples is not None and not 1 <= self.pr_examples <= self.n_examples:
+            raise HeadtraceError(f"pr-examples must be between 1 and n-examples ({self.n_examples}) "
+                                 f"(got {self.pr_examples})")
         if self.probe == "natural" and not self.texts:
             raise HeadtraceError("the natural probe needs --texts FILE (a .txt or .jsonl corpus)")
         if self.baseline not in BASELINES:
@@ -135,7 +139,10 @@ def ceiling_text(value: float) -> str:
 
 
 def add_labels(table: pd.DataFrame, config: ScreenConfig) -> None:
-    """Best class, label and all-head screen memberships from the selectivity columns (in place)."""
+    """Best class, label and all-head screen memberships from the selectivity columns (in place).
+
+    previous_circuit is the reference's shipped circuit: best class previous-token and previous-token
+    selectivity >= the threshold; previous_any drops the best-class condition (docs/definitions.md)."""
     sel = table[[f"sel_{CLASS_KEYS[c]}" for c in CLASSES]].to_numpy()
     filled = np.where(np.isnan(sel), -np.inf, sel)
     best = filled.argmax(axis=1)  # first maximum: ties keep the table order
@@ -144,5 +151,6 @@ def add_labels(table: pd.DataFrame, config: ScreenConfig) -> None:
     table["best_selectivity"] = np.where(np.isfinite(best_value), best_value, np.nan)
     table["label"] = np.where(best_value >= config.label_threshold, table["best_class"], "unclassified")
     table["induction_circuit"] = table["sel_induction"] >= config.induction_threshold
-    table["previous_circuit"] = table["sel_previous"] >= config.previous_threshold
+    table["previous_any"] = table["sel_previous"] >= config.previous_threshold
+    table["previous_circuit"] = table["previous_any"] & (table["best_class"] == "previous-token")
     table["sink"] = table["sel_first"] >= config.sink_threshold

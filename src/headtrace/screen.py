@@ -118,6 +118,7 @@ class _Batch:
         # Gu et al.: mean over every query row up to and including the probe's query.
         self.row_weights = rows_upto_query / rows_upto_query.sum(dim=1, keepdim=True)
         self.index = torch.arange(len(self.query), device=device)
+        self.rows = rows
         self.pending: list[tuple] = []  # per layer, from `_attention_with_logsumexp`
 
 
@@ -377,8 +378,13 @@ def screen(
 
     with torch.inference_mode(), attention_tap(adapter, taps) as active:
 
+        pr_limit = config.pr_examples or probe.n  # PR from the first pr_examples examples (docs/definitions.md)
+
         def keep_query_outputs(layer: int, heads: torch.Tensor) -> None:
-            grams[layer].add(heads[active.batch.index, active.batch.query])
+            batch = active.batch
+            take = min(batch.rows.stop, pr_limit) - batch.rows.start
+            if take > 0:
+                grams[layer].add(heads[batch.index[:take], batch.query[:take]])
 
         # Nested in this order, the Gram matrices see every row before the last layer is trimmed.
         with head_output_hooks(adapter, keep_query_outputs), last_layer_at_query_only(adapter, active):

@@ -1,4 +1,4 @@
-"""Trajectory analysis: when each circuit formed, computed from a panel's tables (DESIGN.md §4).
+"""Trajectory analysis: when each circuit formed, computed from a panel's tables (docs/definitions.md).
 
 Input: the (heads, runs) tables of `store.read_results`, any number of models, each model's
 revisions ordered by training tokens. Output: class counts per revision and per layer, milestones,
@@ -6,7 +6,8 @@ and the study's findings F1-F6 as one table, each judged by an explicit criterio
 live in `TrajectoryConfig`.
 
 Counts come in two kinds, named apart: `screen_*` columns are the all-head screens (a head may be
-in several: induction circuit >= 50x, previous-token circuit >= 100x, sink = first-token >= 30x,
+in several: induction circuit >= 50x, previous-token circuit = best class previous-token and >= 100x
+(the reference's shipped circuit; `previous_any`: any head >= 100x), sink = first-token >= 30x,
 Gu sink score > 0.3), `label_*` columns count best-class labels (one per head). Both are re-derived
 from the selectivity columns with `screen.add_labels`, so their thresholds are parameters of the
 analysis; with the defaults they equal the screen's own columns.
@@ -17,8 +18,10 @@ later than the milestone revision.
 
 Criteria (defaults):
 - F1 floor: no sink head in layers 0 .. floor_layers-1 (2) at any revision.
-- F2 shape: sharp when the largest adjacent-revision rise of the sink fraction is at least
-  `sharp_share` (0.5) of its total rise (the largest rise between any two revisions, in order).
+- F2 shape (a measurement, not a claim): `sharp` when the largest adjacent-revision rise of the sink
+  fraction is at least `sharp_share` (0.5) of its total rise (the largest rise between any two
+  revisions, in order), else `gradual`. Given an expected shape per model (a panel's
+  `expect = { F2 = "gradual" }`), the status says `as expected` or `differs`.
   Checked on the study: OLMo's 7.4% -> 70.3% step is >= 62.9% of any possible total rise (a fraction
   rises at most 100 points), so sharp whatever its other revisions; Pythia's largest step is 18.8 of
   57.8 points (33%), gradual. Below `min_rise` (5 points) there is no rise to judge.
@@ -31,8 +34,10 @@ Criteria (defaults):
   (0.5) of its largest rise above its running minimum, provided that rise is >= `pr_min_rise` (1.0,
   one effective dimension): PR at initialisation is no baseline (Pythia's layer-0 heads start near
   182 and collapse; deeper heads start near 2), so elevation is a rise from the floor reached so far,
-  scaled by the head's own largest rise. Holds when the median lead over final-circuit heads is > 0
-  revisions.
+  scaled by the head's own largest rise. The claim is "at or before": holds when the median lead
+  over final-circuit heads is >= 0 revisions. A head already past the threshold at the first
+  revision has no measurable lead and is left out. The verdict is recomputed for `pr_rise_fraction`
+  over `PR_RISE_RANGE` (0.25-0.75), so a verdict that flips inside it shows as fragile.
 - F6 noise floor: every induction-circuit head, at every revision, lies above that revision's null
   p99 (the `null_quantile` of `sel_null` over heads whose baseline did not underflow).
 
@@ -41,9 +46,11 @@ docs/definitions.md ("Trajectories and findings") gives the reasons and the chec
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
+from typing import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +62,11 @@ from headtrace.revisions import parse_revision
 from headtrace.schema import ScreenConfig, add_labels
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE = "holds", "does not hold", "not measurable"
-SCREENS: tuple[str, ...] = ("induction_circuit", "previous_circuit", "sink", "gu_sink")
+SHARP, GRADUAL = "sharp", "gradual"  # F2 is a measurement: its status is the shape ...
+AS_EXPECTED, DIFFERS = "as expected", "differs"  # ... or, given an expected shape, the comparison
+EXPECTABLE: dict[str, tuple[str, ...]] = {"F2": (SHARP, GRADUAL)}  # findings a panel may state an expectation for
+PR_RISE_RANGE: tuple[float, ...] = tuple(np.round(np.linspace(0.25, 0.75, 11), 2))  # F5 sensitivity grid
+SCREENS: tuple[str, ...] = ("induction_circuit", "previous_circuit", "previous_any", "sink", "gu_sink")
 LABELS: tuple[tuple[str, str], ...] = tuple(CLASS_KEYS.items()) + (("unclassified", "unclassified"),)
 CAPABILITY: tuple[str, ...] = ("top1", "top5", "loss", "mean_logit_answer")
 CEILINGS: tuple[str, ...] = tuple(f"ceiling_{key}" for key in CLASS_KEYS.values())  # the probe's, per revision
@@ -319,9 +330,9 @@ def _largest_rise(values: np.ndarray) -> float:
 
 
 def shape(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
-    """F2: sharp jump or gradual ramp of the whole-model sink fraction."""
-    claim = (f"the sink fraction rises in one sharp jump (largest adjacent-revision rise >= "
-             f"{config.sharp_share:.0%} of the total rise)")
+    """F2: the shape of the whole-model sink fraction, `sharp` or `gradual` (a measurement, no verdict)."""
+    claim = (f"shape of the sink-fraction trajectory: sharp when the largest adjacent-revision rise is >= "
+             f"{config.sharp_share:.0%} of the total rise, else gradual")
     fractions = panel.revisions["screen_sink_fraction"].to_numpy(dtype=float)
     numbers = {"sink_fraction": dict(zip(panel.names, fractions.tolist()))}
     if len(fractions) < 2:
@@ -333,15 +344,26 @@ def shape(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
     steps = np.diff(fractions)
     i = int(np.argmax(steps))
     share = float(steps[i] / total)
-    verdict = "sharp" if share >= config.sharp_share - _TOLERANCE else "gradual"
+    verdict = SHARP if share >= config.sharp_share - _TOLERANCE else GRADUAL
     numbers |= {"total_rise": total, "largest_jump": float(steps[i]), "jump_from": panel.names[i],
                 "jump_to": panel.names[i + 1], "jump_from_tokens": panel.tokens[i],
                 "jump_to_tokens": panel.tokens[i + 1], "share": share, "verdict": verdict,
                 "monotone": bool((steps >= 0).all()), "largest_drop": float(max(0.0, -steps.min()))}
+    criterion = f"{'>=' if verdict == SHARP else '<'} {config.sharp_share:.0%}"
     statement = (f"{verdict}: the largest jump, {fractions[i]:.1%} -> {fractions[i + 1]:.1%} from {_at(panel, i)} to "
-                 f"{_at(panel, i + 1)}, is {share:.0%} of the {total:.1%} rise; "
+                 f"{_at(panel, i + 1)}, is {share:.0%} of the {total:.1%} rise ({criterion}); "
                  + ("monotone" if numbers["monotone"] else f"not monotone (largest drop {numbers['largest_drop']:.1%})"))
-    return Finding("F2", "shape", claim, HOLDS if verdict == "sharp" else DOES_NOT_HOLD, statement, numbers)
+    return Finding("F2", "shape", claim, verdict, statement, numbers)
+
+
+def compare_expected(found: Finding, expected: str | None) -> Finding:
+    """A measurement's finding against the shape a panel expects: `as expected` or `differs`."""
+    measured = found.numbers.get("verdict")
+    if expected is None or measured is None:
+        return found
+    status = AS_EXPECTED if measured == expected else DIFFERS
+    return dataclasses.replace(found, status=status, statement=f"{found.statement}; expected {expected}",
+                               numbers=found.numbers | {"expected": expected})
 
 
 def timing(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
@@ -435,43 +457,92 @@ def pr_elevation(pr: np.ndarray, fraction: float, min_rise: float) -> int | None
     return int(np.flatnonzero(rise >= fraction * top)[0])
 
 
-def spectral_lead(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
-    """F5: per final-circuit head, first revision with elevated PR vs first selectivity crossing."""
-    claim = (f"PR rises before induction selectivity crosses {config.induction_threshold:g}x (median lead > 0 "
-             f"revisions; elevated = PR >= {config.pr_rise_fraction:g} of its largest rise above its running minimum)")
-    circuit = final_circuit(panel, config)
-    if len(panel.names) < 2 or not circuit:
-        return Finding("F5", "spectral lead", claim, NOT_MEASURABLE, _no_trajectory(panel, config), {})
-    pr = panel.wide("pr")
-    if pr.isna().all().all():
-        return Finding("F5", "spectral lead", claim, NOT_MEASURABLE, "no PR in the panel", {})
-    selectivity = panel.wide("sel_induction")
+def _leads(panel: ModelPanel, config: TrajectoryConfig, circuit: list[str], fraction: float
+           ) -> tuple[dict[str, dict], dict[str, str]]:
+    """Per circuit head: its PR elevation vs its crossing (lead in revisions), or why it has none."""
+    pr, selectivity = panel.wide("pr"), panel.wide("sel_induction")
     per_head, unmeasured = {}, {}
     for head in circuit:
-        elevated = pr_elevation(pr[head].to_numpy(), config.pr_rise_fraction, config.pr_min_rise)
+        crossing = int(np.flatnonzero(selectivity[head].to_numpy() >= config.induction_threshold)[0])
+        if crossing == 0:
+            unmeasured[head] = (f"already at {selectivity[head].iloc[0]:.3g}x at the first revision "
+                                f"({panel.names[0]}): no measurable lead")
+            continue
+        elevated = pr_elevation(pr[head].to_numpy(), fraction, config.pr_min_rise)
         if elevated is None:
             unmeasured[head] = ("no PR" if pr[head].isna().all()
                                 else f"PR never rises by {config.pr_min_rise:g} above an earlier value")
             continue
-        crossing = int(np.flatnonzero(selectivity[head].to_numpy() >= config.induction_threshold)[0])
         per_head[head] = {"pr_elevated": panel.names[elevated], "pr_elevated_tokens": panel.tokens[elevated],
                           "crossing": panel.names[crossing], "crossing_tokens": panel.tokens[crossing],
                           "lead_revisions": crossing - elevated,
                           "lead_tokens": panel.tokens[crossing] - panel.tokens[elevated]}
-    numbers = {"heads": per_head, "not_measured": unmeasured}
+    return per_head, unmeasured
+
+
+def _lead_verdict(median: float) -> str:
+    """The claim is "at or before": a median lead of 0 supports it."""
+    return HOLDS if median >= 0 else DOES_NOT_HOLD
+
+
+def _sensitivity(panel: ModelPanel, config: TrajectoryConfig, circuit: list[str]) -> dict[float, dict]:
+    """Median lead and verdict for each `pr_rise_fraction` of `PR_RISE_RANGE`."""
+    rows = {}
+    for fraction in PR_RISE_RANGE:
+        per_head, _ = _leads(panel, config, circuit, float(fraction))
+        leads = [v["lead_revisions"] for v in per_head.values()]
+        median = float(np.median(leads)) if leads else math.nan
+        rows[float(fraction)] = {"median_lead_revisions": median, "n_heads": len(leads),
+                                 "verdict": _lead_verdict(median) if leads else NOT_MEASURABLE}
+    return rows
+
+
+def _sensitivity_text(rows: dict[float, dict]) -> str:
+    """'holds throughout' or the verdict per run of fractions ('fragile'), with the medians' range."""
+    medians = [r["median_lead_revisions"] for r in rows.values() if np.isfinite(r["median_lead_revisions"])]
+    spans: list[tuple[str, float, float]] = []
+    for fraction, row in rows.items():
+        if spans and spans[-1][0] == row["verdict"]:
+            spans[-1] = (row["verdict"], spans[-1][1], fraction)
+        else:
+            spans.append((row["verdict"], fraction, fraction))
+    first, last = min(rows), max(rows)
+    where = f"pr-rise-fraction {first:g}-{last:g}"
+    median_range = f"median lead {min(medians):g} to {max(medians):g}" if medians else "no measurable head"
+    if len(spans) == 1:
+        return f"{where}: {median_range}, {spans[0][0]} throughout"
+    parts = ", ".join(f"{verdict} at {a:g}" + (f"-{b:g}" if b != a else "") for verdict, a, b in spans)
+    return f"{where}: {median_range}; fragile, the verdict flips ({parts})"
+
+
+def spectral_lead(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+    """F5: per final-circuit head, first revision with elevated PR vs first selectivity crossing."""
+    claim = (f"PR rises at or before the revision where induction selectivity crosses {config.induction_threshold:g}x "
+             f"(median lead >= 0 revisions; elevated = PR >= {config.pr_rise_fraction:g} of its largest rise above "
+             "its running minimum)")
+    circuit = final_circuit(panel, config)
+    if len(panel.names) < 2 or not circuit:
+        return Finding("F5", "spectral lead", claim, NOT_MEASURABLE, _no_trajectory(panel, config), {})
+    if panel.wide("pr").isna().all().all():
+        return Finding("F5", "spectral lead", claim, NOT_MEASURABLE, "no PR in the panel", {})
+    per_head, unmeasured = _leads(panel, config, circuit, config.pr_rise_fraction)
+    sensitivity = _sensitivity(panel, config, circuit)
+    numbers = {"heads": per_head, "not_measured": unmeasured, "sensitivity": sensitivity,
+               "fragile": len({r["verdict"] for r in sensitivity.values()}) > 1}
+    not_measured = "; ".join(f"{h}: {why}" for h, why in unmeasured.items())
     if not per_head:
-        reasons = "; ".join(f"{h}: {why}" for h, why in unmeasured.items())
-        return Finding("F5", "spectral lead", claim, NOT_MEASURABLE, f"no final-circuit head measurable ({reasons})",
-                       numbers)
+        return Finding("F5", "spectral lead", claim, NOT_MEASURABLE,
+                       f"no final-circuit head measurable ({not_measured})", numbers)
     leads = np.array([v["lead_revisions"] for v in per_head.values()])
     median = float(np.median(leads))
     numbers["median_lead_revisions"] = median
     detail = ", ".join(f"{h} {v['pr_elevated']} vs {v['crossing']} ({v['lead_revisions']:+d})"
                        for h, v in per_head.items())
-    statement = (f"PR elevated before the crossing in {int((leads > 0).sum())} of {len(leads)} final-circuit heads "
-                 f"({detail}); median lead {median:g} revisions"
-                 + (f"; not measured: {', '.join(unmeasured)}" if unmeasured else ""))
-    return Finding("F5", "spectral lead", claim, HOLDS if median > 0 else DOES_NOT_HOLD, statement, numbers)
+    statement = (f"PR elevated at or before the crossing in {int((leads >= 0).sum())} of {len(leads)} measurable "
+                 f"final-circuit heads ({detail}); median lead {median:g} revisions"
+                 + (f"; not measurable: {not_measured}" if unmeasured else "")
+                 + f"; {_sensitivity_text(sensitivity)}")
+    return Finding("F5", "spectral lead", claim, _lead_verdict(median), statement, numbers)
 
 
 def noise_floor(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
@@ -513,17 +584,39 @@ def model_panels(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
             for model in revisions["model"].unique()]
 
 
+Expectations = Mapping[str, Mapping[str, str]]  # model -> finding code -> expected result (EXPECTABLE)
+
+
 def findings(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
-             config: TrajectoryConfig = TrajectoryConfig()) -> pd.DataFrame:
-    """One row per model x finding: status, one-line statement, claim, and its numbers as JSON."""
+             config: TrajectoryConfig = TrajectoryConfig(), expect: Expectations | None = None) -> pd.DataFrame:
+    """One row per model x finding: status, one-line statement, claim, and its numbers as JSON.
+
+    `expect`: per model, the expected result of a measurement finding (F2: sharp or gradual); its
+    status then says `as expected` or `differs`."""
     config.validate()
+    expect = expect or {}
+    check_expectations(expect)
     rows = []
     for panel in model_panels(heads, runs, config):
         for compute in FINDINGS:
             found = compute(panel, config)
+            if found.code in EXPECTABLE:
+                found = compare_expected(found, expect.get(panel.name, {}).get(found.code))
             rows.append({"model": panel.name, "finding": found.code, "title": found.title, "status": found.status,
                          "statement": found.statement, "claim": found.claim, "numbers": _to_json(found.numbers)})
     return pd.DataFrame(rows, columns=["model", "finding", "title", "status", "statement", "claim", "numbers"])
+
+
+def check_expectations(expect: Expectations) -> None:
+    """Every expectation names a finding that is a measurement and one of its possible results."""
+    for model, codes in expect.items():
+        for code, value in codes.items():
+            if code not in EXPECTABLE:
+                raise HeadtraceError(f"{model}: expect names {code}, which is a claim with a verdict; "
+                                     f"expected results are for measurements: {', '.join(EXPECTABLE)}")
+            if value not in EXPECTABLE[code]:
+                raise HeadtraceError(f"{model}: expect {code} = '{value}' is not one of: "
+                                     f"{', '.join(EXPECTABLE[code])}")
 
 
 def _to_json(numbers: dict) -> str:
@@ -575,14 +668,37 @@ def findings_markdown(table: pd.DataFrame, stones: pd.DataFrame) -> str:
     ]) + "\n"
 
 
-def write_findings(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig()) -> pd.DataFrame:
-    """Compute the findings of a results directory; write DIR/findings.parquet and DIR/findings.md."""
+EXPECT_FILE = "expect.json"  # a results directory's expected results, so `findings` and the report agree
+
+
+def read_expectations(results_dir: str | Path) -> dict[str, dict[str, str]]:
+    """The expectations stored in DIR/expect.json by `write_findings` (empty when there are none)."""
+    path = Path(results_dir) / EXPECT_FILE
+    if not path.is_file():
+        return {}
+    try:
+        expect = json.loads(path.read_text())
+    except ValueError:
+        raise HeadtraceError(f"'{path}' is not valid JSON; delete it or pass the panel again with --panel") from None
+    check_expectations(expect)
+    return expect
+
+
+def write_findings(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig(),
+                   expect: Expectations | None = None) -> pd.DataFrame:
+    """Compute the findings of a results directory; write DIR/findings.parquet and DIR/findings.md.
+
+    `expect` (a panel's per-model expectations) is stored in DIR/expect.json and used by later calls
+    and the report; without it, the stored expectations apply."""
     from headtrace.store import read_results, write_parquet_atomic
 
     config.validate()
     out = Path(results_dir)
     heads, runs = read_results(out)
-    table = findings(heads, runs, config)
+    if expect is not None:
+        check_expectations(expect)
+        (out / EXPECT_FILE).write_text(json.dumps(expect, indent=1, sort_keys=True))
+    table = findings(heads, runs, config, read_expectations(out))
     stones = milestones(revision_table(heads, runs, config), config)
     write_parquet_atomic(table, out / "findings.parquet")
     (out / "findings.md").write_text(findings_markdown(table, stones))

@@ -16,7 +16,7 @@ import pandas as pd
 from headtrace.probes import CLASSES
 from headtrace.store import ABLATIONS, HEADS, RUNS, read_ablations, read_results
 from headtrace.trajectory import (ModelPanel, TrajectoryConfig, final_circuit, findings, milestones, model_panels,
-                                  tokens_label)
+                                  read_expectations, tokens_label)
 
 LABEL_ORDER: tuple[str, ...] = CLASSES + ("unclassified",)
 SINK_MILESTONE, INDUCTION_MILESTONE = "sink fraction", "induction"  # prefixes of trajectory's milestone names
@@ -50,7 +50,8 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
     panels = model_panels(heads, runs, config)
     revisions = pd.concat([p.revisions for p in panels], ignore_index=True)
     return PanelData(results_dir=out, runs=runs, config=config, panels=panels, revisions=revisions,
-                     milestones=milestones(revisions, config), findings=findings(heads, runs, config),
+                     milestones=milestones(revisions, config),
+                     findings=findings(heads, runs, config, read_expectations(out)),
                      ablations=read_ablations(out), unfinished=unfinished_shards(out))
 
 

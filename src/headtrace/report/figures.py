@@ -426,7 +426,8 @@ def spectral_plot(data: PanelData, panel: ModelPanel) -> Plot:
             ax.axvline(_at(axis, marks["crossing"]), color="C3", ls=":", lw=1.2)
             ax.set_title(f"{head}: PR leads by {marks['lead_revisions']:+d} revisions", fontsize=8)
         else:
-            ax.set_title(f"{head}: {numbers.get('not_measured', {}).get(head, 'not measured')}", fontsize=7)
+            reason = numbers.get("not_measured", {}).get(head, "not measured")
+            ax.set_title(f"{head}: {reason.split(': ')[-1]}", fontsize=7)  # e.g. "no measurable lead"
     for ax in list(axes.flat)[len(shown):]:
         ax.set_axis_off()
     fig.supxlabel(axis.label, fontsize=8)
@@ -480,7 +481,8 @@ def recall_plot(data: PanelData, panel: ModelPanel) -> Plot:
 def ablations_plot(data: PanelData) -> Plot:
     """Per ablation: the deciding metric under each condition, and the circuit-vs-random differential."""
     plot = Plot("ablations", "Ablations: circuit vs matched-random heads", (
-        "One row per ablation (model, revision, circuit, mode). Left: the deciding metric with nothing ablated "
+        "One row per ablation (model, revision, circuit, mode). Left: the deciding metric (decided_by: top-1 when "
+        "the clean top-1 is >= 0.1, else the loss, unless --metric set it) with nothing ablated "
         "(clean), with the circuit ablated, with matched-random heads ablated (same layers, same count per layer; "
         "grey dots: one per seed; blue: their mean and 2.5-97.5 percentile range), with every head of the circuit's "
         "layers ablated (upper bound), and with each circuit head alone. Right: the differential, damage(circuit) - "
@@ -509,7 +511,7 @@ def ablations_plot(data: PanelData) -> Plot:
             plot.tip(crosses, [f"single {h}: {r.metric} {v:.4g}" for h, v in zip(r.single_heads, singles)])
         left.set_yticks(range(4), names)
         left.set_ylim(-0.6, 3.6)
-        left.set_xlabel(r.metric, fontsize=7)
+        left.set_xlabel(f"{r.metric} (deciding metric)", fontsize=7)
         left.set_title(f"{r.model} · {revision_label(r.revision, r.tokens)} · {r.circuit} ({r.mode})", fontsize=7.5,
                        loc="left")
         right.errorbar(r.differential, 0, xerr=[[r.differential - r.differential_low],
@@ -517,7 +519,7 @@ def ablations_plot(data: PanelData) -> Plot:
                        fmt="o", color="C3" if r.verdict == "necessary" else "0.4", capsize=4)
         right.axvline(0, color="k", lw=0.8)
         right.set_yticks([])
-        right.set_title(r.verdict, fontsize=7.5)
+        right.set_title(f"{r.verdict} (decided by {r.metric})", fontsize=7.5)
         right.set_xlabel(f"differential ({r.metric})", fontsize=7)
     plot.figure = fig
     return plot

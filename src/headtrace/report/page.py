@@ -105,9 +105,10 @@ def _metadata(data: PanelData) -> str:
         summary.append({
             "model": model, "revisions": len(group), "architecture": first.architecture,
             "layers x heads": f"{first.n_layers} x {first.n_heads}", "probe": first.probe,
-            "examples": first.n_examples, "baseline": _baseline(first),
+            "examples": first.n_examples, "PR sample": _pr_sample(group), "baseline": _baseline(first),
             "induction ceiling": _ceiling(group, "ceiling_induction"),
-            "duplicate ceiling": _ceiling(group, "ceiling_duplicate"), "devices": ", ".join(sorted(map(str, group.device.dropna().unique()))),
+            "duplicate ceiling": _ceiling(group, "ceiling_duplicate"),
+            "devices": ", ".join(sorted(map(str, group.device.dropna().unique()))),
             "config hashes": ", ".join(sorted(map(str, group.config_hash.dropna().unique()))),
             "versions": "; ".join(versions), "wall time (s)": group.wall_s.sum(min_count=1),
         })
@@ -126,6 +127,18 @@ def _ceiling(runs: pd.DataFrame, column: str) -> str:
     """A class's selectivity ceiling over a model's runs (docs/definitions.md); '?' for runs without it."""
     values = runs[column].dropna().unique() if column in runs else []
     return ", ".join(ceiling_text(v) for v in sorted(values)) or "?"
+
+
+def _pr_sample(group: pd.DataFrame) -> str:
+    """Where a model's PR came from: an imported PR file's sample and precision, else the screen's."""
+    first = group.iloc[0]
+    if "pr_examples" in group and group.pr_examples.notna().any():  # a reference import: as its PR file says
+        dtypes = ", ".join(sorted(map(str, group.pr_dtype.dropna().unique()))) or "precision not stated"
+        return f"n = {int(group.pr_examples.dropna().iloc[0])} ({dtypes}), from the PR file"
+    config = json.loads(first.config_json) if isinstance(first.get("config_json"), str) else {}
+    if config.get("source"):
+        return "none"
+    return f"n = {config.get('pr_examples') or first.n_examples} ({first.dtype})"
 
 
 def _count(n: int, noun: str) -> str:
