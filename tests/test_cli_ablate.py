@@ -43,7 +43,7 @@ def test_pr_top_circuit_and_metric_override(checkpoint, tmp_path):  # noqa: F811
     pr = np.full(8, 1.5)
     pr[[1, 6]] = [4.0, 9.0]  # L0H1 and L1H2 carry the most PR at both revisions
     for step in (1, 8):
-        heads = pd.DataFrame({"model": str(checkpoint), "revision": f"step{step}", "tokens": step * 1e6,
+        heads = pd.DataFrame({"model": checkpoint.name, "revision": f"step{step}", "tokens": step * 1e6,
                               "layer": np.repeat([0, 1], 4), "head": np.tile(range(4), 2), "pr": pr * step})
         heads["head_id"] = [f"L{l}H{h}" for l, h in zip(heads["layer"], heads["head"])]
         write_shard(out, heads, heads[["model", "revision", "tokens"]].iloc[:1])

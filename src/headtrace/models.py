@@ -370,9 +370,9 @@ def preflight(model: str, config: ScreenConfig, revision: str | None = None, tru
                         n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads,
                         head_dim=getattr(hf_config, "head_dim", None) or hidden // n_heads)
     if circuit is not None:
-        from headtrace.ablation import CIRCUITS, parse_heads
+        from headtrace.ablation import CIRCUITS, PR_TOP, parse_heads
 
-        if circuit.strip() not in CIRCUITS:
+        if circuit.strip() not in CIRCUITS and not PR_TOP.match(circuit.strip()):
             parse_heads(circuit, layout, model)
     check_weights(location, kwargs)
     return config, layout
