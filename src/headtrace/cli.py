@@ -285,6 +285,7 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1):
 
     from headtrace.organism import train
 
+    _quiet_transformers()  # its "Writing model shards" bar at every checkpoint would bury ours
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
