@@ -61,3 +61,17 @@ def test_bad_input_is_one_line_exit_2(checkpoint, bloom, args, message, tmp_path
     assert "Traceback" not in proc.stderr
     assert len([line for line in proc.stderr.splitlines() if line.startswith("error:")]) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_screen_prints_the_ceilings_and_warns_near_one(checkpoint, tmp_path):
+    """At T = 64 the reference baseline caps induction near 53x for these 16 examples: the 50x
+    threshold is above half of it, and the screen says so; the clean baseline lifts every ceiling."""
+    proc = headtrace("screen", checkpoint, "-n", 16, "--seq-len", 64)
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stdout.split())
+    assert "selectivity ceilings of this probe (reference baseline): induction 53.3x" in said
+    warning = " ".join(proc.stderr.split())
+    assert "warning: the induction threshold 50x is above half of this probe's induction ceiling (53.3x" in warning
+    clean = headtrace("screen", checkpoint, "-n", 16, "--seq-len", 64, "--baseline", "clean")
+    assert clean.returncode == 0 and "induction unbounded" in " ".join(clean.stdout.split())
+    assert "warning: the induction threshold" not in clean.stderr
