@@ -185,7 +185,8 @@ def test_exit_codes_tell_usage_errors_from_failed_work(series, tmp_path):
 
 def test_ctrl_c_keeps_finished_revisions_and_prints_the_command_that_resumes(series, tmp_path):
     panel = local_panel(tmp_path, series, REVISIONS)
-    panel.write_text(panel.read_text().replace("n_examples = 16", "n_examples = 3000"))
+    # Each revision then takes seconds, so the signal lands mid-panel even on a loaded machine.
+    panel.write_text(panel.read_text().replace("n_examples = 16", "n_examples = 20000"))
     out = tmp_path / "out"
     process = subprocess.Popen([sys.executable, "-m", "headtrace", "run", str(panel), "--out", str(out)],
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "300"})
