@@ -61,10 +61,6 @@ class HeadLayout:
     n_kv_heads: int
     head_dim: int
 
-    @property
-    def n_total(self) -> int:
-        return self.n_layers * self.n_heads
-
 
 class ModelAdapter:
     """A causal LM with its heads located: `attention[l]`, `out_proj[l]`, and the head layout."""

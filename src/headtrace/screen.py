@@ -333,12 +333,6 @@ class CapabilityAccumulator:
         return dict(zip(self.METRICS, (self.sums / max(self.count, 1)).tolist()))
 
 
-def capability_from_logits(logits: torch.Tensor, answer: torch.Tensor) -> dict[str, float]:
-    acc = CapabilityAccumulator(logits.device, torch.float64)
-    acc.add(logits, answer)
-    return acc.result()
-
-
 # --------------------------------------------------------------------------------------------
 # The pass.
 
