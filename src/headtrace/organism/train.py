@@ -1,5 +1,6 @@
 """The organism's trainer: AdamW with warmup and cosine decay, on the synthetic corpus, saving
-Hugging Face checkpoints at log-spaced steps.
+Hugging Face checkpoints at log-spaced steps, every K steps, and wherever the smoothed training
+loss falls (so that they gather in the induction transition).
 
 Output layout (what `LocalSource(organism=True)` and `headtrace run` read):
 
