@@ -9,7 +9,6 @@ findings and write the report. Everything is local and offline; a second run reu
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,12 +124,16 @@ def check_demo(results: Path, model: str = "organism-dense", onset_selectivity: 
     heads, runs = read_results(results)
     heads, runs = heads[heads.model == model], runs[runs.model == model].reset_index(drop=True)
     order = list(runs.revision)  # training order
-    wide = heads.pivot(index="revision", columns="head_id", values="sel_induction").reindex(order)
-    final_circuit = wide.columns[wide.iloc[-1] >= runs.iloc[-1:].pipe(_threshold)]
-    best = wide.max(axis=1).to_numpy()
+
+    def per_revision(column: str) -> pd.DataFrame:
+        return heads.pivot(index="revision", columns="head_id", values=column).reindex(order)
+
+    members = per_revision("induction_circuit").astype(bool)  # >= the threshold the screen used
+    final_circuit = members.columns[members.iloc[-1]]
+    best = per_revision("sel_induction").max(axis=1).to_numpy()
     onset = next((i for i, value in enumerate(best) if value > onset_selectivity), None)
-    members = (wide[final_circuit] >= _threshold(runs.iloc[-1:])).all(axis=1).to_numpy()
-    complete = next((i for i in range(len(order)) if len(final_circuit) and members[i:].all()), None)
+    complete_from = members[final_circuit].all(axis=1).to_numpy()
+    complete = next((i for i in range(len(order)) if len(final_circuit) and complete_from[i:].all()), None)
     sinks = heads.groupby("revision").sink.sum().reindex(order)
     ablations = read_ablations(results)
     ablation = ablations[(ablations.model == model) & (ablations.revision == order[-1])]
@@ -143,7 +146,3 @@ def check_demo(results: Path, model: str = "organism-dense", onset_selectivity: 
         random_top1=float(random.top1.mean()), shortfall=int(random.shortfall.max()),
         sinks_first=int(sinks.iloc[0]), sinks_final=int(sinks.iloc[-1]), onset=onset, complete=complete)
 
-
-def _threshold(run: pd.DataFrame) -> float:
-    """The induction threshold a revision was screened with."""
-    return float(json.loads(run.config_json.iloc[0])["induction_threshold"])
