@@ -274,8 +274,9 @@ def screen(
         console.print(f"results written to {out}/", highlight=False, markup=False)
 
 
-def _train_with_progress(organism, out: Path, label: str, threads: int = 1):
+def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watch=None):
     """Train one organism with a progress bar; Ctrl-C keeps the finished checkpoints and says so.
+    With `watch` (a headtrace.watch.Watcher), its checkpoint steps are screened as it trains.
 
     A model this small trains fastest on one thread, most of all on a busy machine; other thread
     counts round differently (a stand-in for another machine's kernels)."""
@@ -297,13 +298,15 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1):
             bar.update(task, completed=step, loss=f"{loss:.3f}")
 
         try:
-            result = train(out, organism, on_step=on_step)
+            result = train(out, organism, on_step=on_step, watch=watch)
         except KeyboardInterrupt:
             bar.stop()
             listed = out / "revisions.json"
             kept = len(json.loads(listed.read_text())) if listed.is_file() else 0
+            screened = f"; {len(watch.screened)} screens in {escape(str(watch.out))}/" if watch is not None else ""
             console.print(f"interrupted: {kept} finished checkpoints in {escape(str(out))}/ are usable (listed in "
-                          "revisions.json); train again with the same settings to start over", highlight=False)
+                          f"revisions.json){screened}; train again with the same settings to start over",
+                          highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             torch.set_num_threads(previous_threads)
@@ -311,8 +314,10 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1):
         console.print(f"{escape(str(out))}/ already holds this organism ({len(result.checkpoints)} checkpoints): "
                       "reused", highlight=False)
     else:
+        screened = (f", {len(result.screened)} revisions screened during training ({watch.screen_s:.0f} s)"
+                    if watch is not None else "")
         console.print(f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in "
-                      f"{escape(str(out))}/ "
+                      f"{escape(str(out))}/{screened} "
                       f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})", highlight=False)
     return result
 
@@ -350,13 +355,15 @@ def demo(
     seed: int = typer.Option(0, help="Seed of the organisms' initialisation and data."),
     threads: int = typer.Option(1, min=1, help="Torch threads for training."),
 ) -> None:
-    """Watch circuits form, offline: train the organism, screen its checkpoints, write the report."""
+    """Watch circuits form, offline: train the organism, screening it as it trains; ablate the final
+    checkpoint, write the report."""
     import time
 
     from headtrace.organism.demo import DemoPaths, demo_organisms, demo_screen, panel_toml
     from headtrace.report import build_report
     from headtrace.store import check_writable
     from headtrace.trajectory import write_findings
+    from headtrace.watch import Watcher
 
     started = time.perf_counter()
     paths = DemoPaths(out)
@@ -367,8 +374,9 @@ def demo(
     for organism in organisms.values():
         organism.validate()
     check_writable(out)
-    for model, organism in organisms.items():
-        _train_with_progress(organism, paths.organism(model), model, threads)
+    for model, organism in organisms.items():  # screened at its checkpoint steps; only the final one is saved
+        watch = Watcher(paths.results, model, screen_config, revisions=None)
+        _train_with_progress(organism, paths.organism(model), model, threads, watch=watch)
     models = {m: str(paths.organism(m).relative_to(out)) for m in organisms}
     paths.panel.write_text(panel_toml("demo", screen_config, models, ablation_seeds=10))
     run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
@@ -704,17 +712,35 @@ def _tokens_text(tokens: float) -> str:
     return f"{tokens:.0f}"
 
 
+def _revision_cells(model: str, revision: str, heads, row) -> list[str]:
+    """One revision's summary: model, revision, tokens, top-1, induction heads, sink heads, underflow."""
+    circuit = list(heads.loc[heads.induction_circuit, "head_id"])
+    shown = ", ".join(circuit[:4]) + (", ..." if len(circuit) > 4 else "")
+    return [escape(model), escape(revision), _tokens_text(row.tokens), f"{row.top1:.3f}",
+            f"{len(circuit)} ({shown})" if circuit else "0",
+            f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}", str(int(heads.baseline_underflow.sum()))]
+
+
 @app.command()
 def results(
     out: Path = typer.Argument(..., help="Results directory written by `headtrace run` or `screen --out`."),
     save: Optional[Path] = typer.Option(None, help="Also save the one-table view: .parquet, .csv or .json (the "
                                         "extension names the format)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Then keep watching: print each revision as it is "
+                                "screened (a training run's HeadtraceCallback or Watcher, or a panel); Ctrl-C ends."),
+    interval: float = typer.Option(1.0, min=0.01, help="--follow: seconds between looks at the runs folder."),
+    timeout: Optional[float] = typer.Option(None, min=0, help="--follow: stop after this many seconds (exit 0)."),
 ) -> None:
     """Load a results directory into one table and print a summary per model and revision."""
     from headtrace.store import check_save_path, load_results, save_table
 
+    if save and follow:
+        raise HeadtraceError("--save writes the table once: run it without --follow")
     if save:
         check_save_path(save)
+    if follow:
+        _follow(out, interval, timeout)
+        return
     table = load_results(out)
     runs = table.drop_duplicates(["model", "revision"])
     summary = Table(title=f"{escape(str(out))}: {len(runs)} revisions, {len(table)} heads")
@@ -723,12 +749,7 @@ def results(
         summary.add_column(column, justify="right" if column in ("tokens", "top-1", "underflow") else "left")
     for (model, revision), heads in table.groupby(["model", "revision"], sort=False):
         row = heads.iloc[0]
-        circuit = list(heads.loc[heads.induction_circuit, "head_id"])
-        shown = ", ".join(circuit[:4]) + (", ..." if len(circuit) > 4 else "")
-        summary.add_row(escape(model), escape(revision), _tokens_text(row.tokens), f"{row.top1:.3f}",
-                        f"{len(circuit)} ({shown})" if circuit else "0",
-                        f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}",
-                        str(int(heads.baseline_underflow.sum())),
+        summary.add_row(*_revision_cells(model, revision, heads, row),
                         row.same_weights_as if isinstance(row.same_weights_as, str) else "")
     out_console.print(summary)
     if runs.same_weights_as.notna().any():
@@ -737,6 +758,45 @@ def results(
     if save:
         save_table(table, save)
         console.print(f"saved {len(table)} rows to {save}", highlight=False, markup=False)
+
+
+def _follow(out: Path, interval: float, timeout: Optional[float]) -> None:
+    """`results --follow`: one line per revision, the finished ones first, then each new one as its
+    run record appears (written last, so its heads table is complete); polls the runs folder."""
+    import time
+
+    from headtrace.store import HEADS, RUNS, completed_shards, read_table
+
+    shown: set[str] = set()
+    started = time.monotonic()
+
+    def show_new() -> None:
+        runs = out / RUNS
+        fresh = [name for name in completed_shards(out) if name not in shown]
+        # In the order they were written: a training run's revisions in training order.
+        for name in sorted(fresh, key=lambda n: ((runs / n).stat().st_mtime_ns, n)):
+            try:
+                run = read_table(runs / name).iloc[0]
+                heads = read_table(out / HEADS / name)
+            except (HeadtraceError, FileNotFoundError) as exc:
+                console.print(f"[yellow]skipped[/] {escape(name)}: {escape(str(exc))}", highlight=False)
+            else:
+                cells = _revision_cells(str(run.model), str(run.revision), heads, run)
+                out_console.print("  ".join([cells[0], cells[1], f"tokens {cells[2] or '-'}", f"top-1 {cells[3]}",
+                                             f"induction heads {cells[4]}", f"sinks {cells[5]}"]), highlight=False)
+            shown.add(name)
+
+    try:
+        show_new()
+        console.print(f"following {escape(str(out))}/ ({len(shown) or 'no'} revisions yet; Ctrl-C ends)",
+                      highlight=False)
+        while timeout is None or time.monotonic() - started < timeout:
+            time.sleep(interval if timeout is None else max(0.0, min(interval, timeout - (time.monotonic() - started))))
+            show_new()
+    except KeyboardInterrupt:
+        console.print(f"stopped following {escape(str(out))}/ ({len(shown)} revisions)", highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    console.print(f"stopped following {escape(str(out))}/ ({len(shown)} revisions)", highlight=False)
 
 
 def main() -> None:

@@ -12,6 +12,10 @@ Each checkpoint is written to a hidden temporary folder and renamed into place, 
 `revisions.json` is rewritten atomically after each one, so an interrupted run (Ctrl-C) leaves
 exactly the finished checkpoints, all listed and loadable. Same settings and seed give
 bit-identical checkpoints: the init is seeded and batch k is a pure function of (seed, k).
+
+With a `Watcher` (headtrace.watch; what `headtrace demo` does), each of those steps is screened in
+place instead of saved, and only the final checkpoint is saved (what the ablation needs);
+organism.json lists the screened revisions under "screened".
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
@@ -33,6 +37,9 @@ from headtrace.errors import HeadtraceError
 from headtrace.organism.corpus import BOS_ID, SPECIAL_TOKENS, CorpusConfig, batch
 from headtrace.organism.recipes import Recipe, build_model
 from headtrace.sources import REVISIONS_FILE
+
+if TYPE_CHECKING:
+    from headtrace.watch import Watcher
 
 ORGANISM_FILE = "organism.json"
 # (step just finished, total steps, training loss): the progress bar; may raise to stop training.
@@ -98,6 +105,7 @@ class Organism:
 class TrainResult:
     out: Path
     checkpoints: list[dict] = field(default_factory=list)  # revisions.json entries, in order
+    screened: list[dict] = field(default_factory=list)  # revisions a Watcher screened, in order
     losses: list[float] = field(default_factory=list)  # per step
     wall_s: float = 0.0
     reused: bool = False  # the directory already held this organism, complete: nothing was trained
@@ -162,11 +170,12 @@ def _lr_factor(step: int, config: TrainConfig) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def _prepare(out: Path, organism: Organism) -> bool:
+def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None) -> bool:
     """Make `out` ready; True when it already holds this very organism, complete (nothing to do).
 
     A directory with the same organism.json but unfinished is trained again from scratch (the
-    result is the same, bit for bit); any other non-empty directory is refused."""
+    result is the same, bit for bit), and so is a finished one whose screens `watch` no longer
+    finds in its results folder; any other non-empty directory is refused."""
     wanted = organism.to_dict()
     meta = out / ORGANISM_FILE
     if out.is_dir() and any(out.iterdir()):
@@ -179,7 +188,8 @@ def _prepare(out: Path, organism: Organism) -> bool:
                 f"'{out}' is not empty and holds no organism with these settings; pick another --out "
                 "or delete it"
             )
-        if existing.get("complete"):
+        screened = [e["revision"] for e in existing.get("screened") or []]
+        if existing.get("complete") and (watch is None or watch.has_screened(screened)):
             return True
         for child in out.iterdir():
             if child.is_dir():
@@ -207,13 +217,22 @@ def _save(model, tokenizer, out: Path, step: int, tokens: int, listed: list[dict
     _write_json_atomic(out / ORGANISM_FILE, meta)
 
 
-def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallback | None = None) -> TrainResult:
-    """Train `organism` into `out`; `on_step` is called after every optimiser step."""
+def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallback | None = None,
+          watch: "Watcher | None" = None, save: str | None = None) -> TrainResult:
+    """Train `organism` into `out`; `on_step` is called after every optimiser step.
+
+    With `watch`, the checkpoint steps (and any the watcher schedules) are screened into the
+    watcher's results folder as training goes. `save`: "all" checkpoints, or the "final" one
+    (default: "final" with a watcher, else "all")."""
     organism.validate()
+    save = save or ("final" if watch is not None else "all")
+    if save not in ("all", "final"):
+        raise HeadtraceError(f"save must be 'all' or 'final' (got {save!r})")
     out = Path(out)
     result = TrainResult(out=out)
-    if _prepare(out, organism):
+    if _prepare(out, organism, watch):
         result.checkpoints = json.loads((out / REVISIONS_FILE).read_text())
+        result.screened = json.loads((out / ORGANISM_FILE).read_text()).get("screened") or []
         result.reused = True
         return result
     config, corpus = organism.train, organism.corpus
@@ -229,6 +248,9 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
     saves = set(config.checkpoint_steps())
     loss_drop = LossDropSaves(config.checkpoint_loss_drop)
     meta = {"organism": organism.to_dict(), "complete": False, "revisions": REVISIONS_FILE}
+    if watch is not None:
+        watch.prepare(model)  # a setting that does not fit fails now, not after minutes of training
+        meta["screened"] = result.screened = watch.screened
     started = time.perf_counter()
     for step in range(1, config.steps + 1):
         ids = torch.from_numpy(batch(corpus, step - 1, config.batch_size))
@@ -239,11 +261,17 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         result.losses.append(loss.item())
-        if loss_drop.update(result.losses[-1]) or step in saves:
+        checkpoint = loss_drop.update(result.losses[-1]) or step in saves
+        tokens = step * config.batch_size * corpus.seq_len
+        if checkpoint:
             loss_drop.saved()
+        if watch is not None and (checkpoint or watch.due(step)):
+            watch.screen(model, step, tokens)
+            _write_json_atomic(out / ORGANISM_FILE, meta)
+        if checkpoint and (save == "all" or step == config.steps):
             meta["complete"] = step == config.steps
             model.eval()
-            _save(model, tokenizer, out, step, step * config.batch_size * corpus.seq_len, result.checkpoints, meta)
+            _save(model, tokenizer, out, step, tokens, result.checkpoints, meta)
             model.train()
         if on_step is not None:
             on_step(step, config.steps, result.losses[-1])

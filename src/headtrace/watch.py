@@ -1,0 +1,531 @@
+"""Screens inside the training loop: watch circuits form while a model trains, without saving and
+reloading checkpoints.
+
+- `Watcher` serves any loop: `watch.step(model, step, tokens_seen)` after each optimiser step
+  screens the live model at the chosen steps (a set lookup otherwise); `watch.screen(...)` screens
+  now, whatever the schedule (the organism trainer screens where the loss falls).
+- `HeadtraceCallback` does the same inside a Hugging Face `Trainer`, and logs the sink fraction,
+  the best induction selectivity and top-1 through the Trainer's own `log`.
+
+Each screen is one revision (`stepNNNNNN`, as the organism trainer names its checkpoints) of one
+model in a results folder, in the shard format of panels, so `headtrace results`, `findings` and
+`report` read it like any panel. A screen runs in eval mode under no-grad and puts back every
+module's training flag and the RNG states (torch CPU and CUDA, Python, NumPy): training with a
+watcher is bit-identical to training without one, and its tables are bit-identical to screening
+the saved checkpoint of the same step.
+
+The model is screened where it is, in its dtype (the stored config records that device and
+dtype). Supported: one process on the CPU, a GPU or MPS, in float32, bfloat16 or float16; DDP (the
+wrapped model's `.module` is screened on rank 0 alone; the other ranks wait at their next
+collective). FSDP and DeepSpeed ZeRO-3 shard the parameters, so no rank holds the model: refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import sys
+import time
+import warnings
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from headtrace.errors import HeadtraceError
+from headtrace.schema import ScreenConfig
+from headtrace.store import RUNS, check_writable, readable, shard_name, slug
+
+if TYPE_CHECKING:
+    import torch
+
+    from headtrace.screen import ScreenResult
+
+Revisions = str | Sequence[int] | None
+_PART = re.compile(r"^(log|every):(\d+)$")
+CHECKPOINTS = "checkpoints"  # OUT/checkpoints/<model>/: the checkpoints saved at milestones
+REVISIONS_FILE = "revisions.json"  # as sources.REVISIONS_FILE: such a folder is a LocalSource
+
+
+# --------------------------------------------------------------------------------------------
+# Which steps: the schedule.
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The steps to screen: an explicit set, plus every `every` steps."""
+
+    steps: frozenset[int] = frozenset()
+    every: int | None = None
+
+    def due(self, step: int) -> bool:
+        return step in self.steps or (self.every is not None and step > 0 and step % self.every == 0)
+
+
+def schedule(revisions: Revisions, total_steps: int | None = None) -> Schedule:
+    """The steps `revisions` names: "log:N" (about N log-spaced steps in [1, total_steps], with
+    the first and the last, as the organism trainer spaces its checkpoints), "every:K", a list of
+    steps, or several joined by commas ("log:12,every:250"); None or an empty list: none (only
+    `Watcher.screen` calls)."""
+    if revisions is None:
+        return Schedule()
+    if isinstance(revisions, (int, float)):
+        raise HeadtraceError(f"revisions={revisions!r}: pass 'every:{revisions}', 'log:N' or a list of steps")
+    if total_steps is not None and total_steps < 1:
+        raise HeadtraceError(f"total_steps must be >= 1 (got {total_steps})")
+    if not isinstance(revisions, str):
+        steps = list(revisions)
+        if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in steps):
+            raise HeadtraceError(f"revisions lists steps, integers >= 0 (got {steps!r})")
+        return Schedule(frozenset(int(s) for s in steps))
+    steps, every = set(), None
+    for part in (p.strip() for p in revisions.split(",")):
+        match = _PART.match(part)
+        if not match:
+            raise HeadtraceError(f"unknown revisions '{part}'; use 'log:N', 'every:K', a list of steps, or several "
+                                 "joined by commas")
+        kind, n = match[1], int(match[2])
+        if n < 1:
+            raise HeadtraceError(f"'{part}' selects nothing; use {kind}:N with N >= 1")
+        if kind == "every":
+            every = n
+        elif total_steps is None:
+            raise HeadtraceError(f"'{part}' spaces screens over the run: give total_steps (the Trainer's max_steps)")
+        else:
+            from headtrace.organism.train import checkpoint_steps
+
+            steps.update(checkpoint_steps(total_steps, n))
+    if every is not None and total_steps is not None:
+        steps.update(range(every, total_steps + 1, every))
+        every = None
+    return Schedule(frozenset(steps), every)
+
+
+def revision_name(step: int, total_steps: int | None = None) -> str:
+    """`step000128`: the organism trainer's name for the same step; wider where the run needs it,
+    so names sort in training order."""
+    width = max(6, len(str(total_steps or 0)))
+    return f"step{step:0{width}d}"
+
+
+# --------------------------------------------------------------------------------------------
+# The screen's footprint on training: none.
+
+
+@contextlib.contextmanager
+def training_state_kept(model: "torch.nn.Module") -> Iterator[None]:
+    """Eval mode and no-grad for the block; afterwards every module's training flag and the RNG
+    states (torch CPU, CUDA and MPS, Python, NumPy) are as they were, so training goes on exactly
+    as it would have without the block."""
+    import torch
+
+    modes = [(module, module.training) for module in model.modules()]
+    python, numpy_state, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    mps = torch.mps.get_rng_state() if torch.backends.mps.is_available() else None
+    try:
+        model.eval()
+        with torch.no_grad():
+            yield
+    finally:
+        for module, training in modes:
+            module.training = training
+        random.setstate(python)
+        np.random.set_state(numpy_state)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        if mps is not None:
+            torch.mps.set_rng_state(mps)
+
+
+def unwrapped(model: "torch.nn.Module") -> "torch.nn.Module":
+    """The model inside DDP, DataParallel or torch.compile; FSDP and DeepSpeed ZeRO-3 are refused:
+    their ranks hold shards of the parameters, and a screen needs the whole model."""
+    import torch
+
+    while True:
+        kind = type(model).__name__
+        if kind in ("FullyShardedDataParallel", "FSDPModule") or "FSDP" in kind:
+            raise _sharded_error("FSDP")
+        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):  # torch.compile
+            model = model._orig_mod
+        else:
+            break
+    for param in model.parameters():
+        if getattr(param, "ds_id", None) is not None and getattr(param, "ds_status", None) is not None:
+            raise _sharded_error("DeepSpeed ZeRO-3")
+        if type(param).__name__ == "DTensor" or type(getattr(param, "data", None)).__name__ == "DTensor":
+            raise _sharded_error("FSDP")
+        break
+    return model
+
+
+def _sharded_error(kind: str) -> HeadtraceError:
+    return HeadtraceError(f"{kind} shards the parameters across ranks and the watcher screens a whole model: not "
+                          "supported; train with DDP (or one process), or screen saved checkpoints with `headtrace run`")
+
+
+class _BosOnly:
+    """What the synthetic probe needs of a tokenizer: the BOS id (from the model's config)."""
+
+    def __init__(self, bos_token_id: int | None):
+        self.bos_token_id = bos_token_id
+
+
+# --------------------------------------------------------------------------------------------
+# The watcher.
+
+
+class Watcher:
+    """Screens a model being trained, at chosen steps, into a results folder (module docstring).
+
+    out: results folder; model_id: the model's name in the tables; config: the screen (its device
+    and dtype are replaced by the model's); revisions: "log:N", "every:K", a list of steps, several
+    joined by commas, or None (only `screen` calls); total_steps: the run's length (for "log:N"
+    and wide step counts); save_at_milestones: save the checkpoint where a milestone of
+    trajectory.py is first reached, into `checkpoint_dir` (default OUT/checkpoints/<model>/, a
+    folder of checkpoints with revisions.json that `headtrace ablate --revision` and panels read);
+    tokenizer: saved with those checkpoints, and the BOS id of the probe (default: the model's
+    config); rank: this process's rank (default: torch.distributed's, else 0), only rank 0 screens.
+    """
+
+    def __init__(self, out: str | Path, model_id: str, config: ScreenConfig = ScreenConfig(),
+                 revisions: Revisions = "log:24", total_steps: int | None = None, *,
+                 save_at_milestones: bool = False, checkpoint_dir: str | Path | None = None,
+                 tokenizer=None, rank: int | None = None):
+        _validate(config)
+        if not model_id or not str(model_id).strip():
+            raise HeadtraceError("model_id names the model in the tables: give a non-empty one")
+        if config.probe == "natural" and tokenizer is None:
+            raise HeadtraceError("the natural probe tokenizes text: pass tokenizer= to the watcher")
+        self.out = Path(out)
+        self.model_id = str(model_id)
+        self.config = config
+        self.total_steps = total_steps
+        self.schedule = schedule(revisions, total_steps)
+        self.save_at_milestones = save_at_milestones
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else self.out / CHECKPOINTS / slug(self.model_id)
+        self.tokenizer = tokenizer
+        self.rank = _rank() if rank is None else rank
+        self.screened: list[dict] = []  # {"revision", "step", "tokens"} per screen, in order
+        self.milestones: dict[str, str] = {}  # milestone -> the revision that first reached it
+        self.saved: list[dict] = []  # checkpoints saved at milestones (revisions.json entries)
+        self.screen_s = 0.0  # wall time spent in screens and writing them
+        self._probe = None
+        self._resolved: ScreenConfig | None = None
+        if self.active:
+            check_writable(self.out)
+            self._check_one_config(config)
+
+    @property
+    def active(self) -> bool:
+        """Whether this process screens (rank 0)."""
+        return self.rank == 0
+
+    def due(self, step: int) -> bool:
+        """Whether `step` is scheduled (a set lookup)."""
+        return self.schedule.due(step)
+
+    def step(self, model, step: int, tokens_seen: float | None = None) -> "ScreenResult | None":
+        """Call after each optimiser step: screens when `step` is scheduled, else returns at once."""
+        if not self.schedule.due(step) or not self.active:
+            return None
+        return self.screen(model, step, tokens_seen)
+
+    def prepare(self, model) -> None:
+        """Build the probe and check it against the model (vocabulary, context, BOS) and the
+        config against the results folder: call before training to fail before it starts."""
+        if not self.active:
+            return
+        from headtrace.models import ModelAdapter
+
+        self._prepared(ModelAdapter(unwrapped(model)))
+
+    def _prepared(self, adapter) -> ScreenConfig:
+        from headtrace.models import check_probe_fits
+        from headtrace.screen import build_probe
+
+        config = _where_model_is(self.config, adapter)
+        if config != self._resolved:
+            if config.config_hash != self.config.config_hash:
+                self._check_one_config(config)
+            check_probe_fits(config, adapter.max_positions, adapter.vocab_size)
+            bos = getattr(self.tokenizer, "bos_token_id", None) if self.tokenizer is not None else None
+            if bos is None:
+                bos = getattr(adapter.config, "bos_token_id", None)
+            if config.prepend_bos and bos is None:
+                raise HeadtraceError("prepend_bos needs a BOS id: the model's config has none; pass tokenizer= to "
+                                     "the watcher, or prepend_bos=False")
+            self._probe = build_probe(config, lambda: self.tokenizer or _BosOnly(bos))
+            self._resolved = config
+        return config
+
+    def screen(self, model, step: int, tokens_seen: float | None = None) -> "ScreenResult | None":
+        """Screen the model now (whatever the schedule) and write it as revision `stepNNNNNN`;
+        returns the tables (None on ranks other than 0)."""
+        if not self.active:
+            return None
+        import torch  # noqa: F401 (the screen's modules)
+
+        from headtrace.models import ModelAdapter
+        from headtrace.schema import SCHEMA_VERSION
+        from headtrace.screen import ScreenResult, screen
+        from headtrace.store import write_shard
+
+        started = time.perf_counter()
+        model = unwrapped(model)
+        tokens = None if tokens_seen is None else float(tokens_seen)
+        name = revision_name(step, self.total_steps)
+        with training_state_kept(model):
+            adapter = ModelAdapter(model)
+            config = self._prepared(adapter)
+            result = screen(adapter, self._probe, config, model_name=self.model_id, revision=name, tokens=tokens)
+        run = result.run.assign(source="watch", checkpoint_hash=None, downloaded_bytes=0, fetch_s=0.0, load_s=0.0,
+                                schema_version=SCHEMA_VERSION, step=int(step),
+                                finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        write_shard(self.out, result.heads, run)
+        self.screened.append({"revision": name, "step": int(step), "tokens": tokens})
+        if self.save_at_milestones:
+            reached = self._new_milestones(result.heads, run)
+            if reached:
+                self._save(model, name, step, tokens, reached)
+        self.screen_s += time.perf_counter() - started
+        return ScreenResult(heads=result.heads, run=run)
+
+    def has_screened(self, revisions: Iterable[str]) -> bool:
+        """Whether the results folder holds each of these revisions of this model, with this config."""
+        wanted = {shard_name(self.model_id, r) for r in revisions}
+        hashes = _stored_hashes(self.out, wanted)
+        return len(hashes) == len(wanted) and set(hashes.values()) <= {self.config.config_hash}
+
+    def _check_one_config(self, config: ScreenConfig) -> None:
+        """Refuse, before training, a folder that holds this model screened with another config."""
+        runs = self.out / RUNS
+        prefix = f"{slug(self.model_id)}@"
+        names = {p.name for p in runs.glob(f"{glob_escape(prefix)}*.parquet")} if runs.is_dir() else set()
+        others = sorted({h for h in _stored_hashes(self.out, names).values() if h != config.config_hash})
+        if others:
+            raise HeadtraceError(f"'{self.out}' holds {self.model_id} screened with another config ({', '.join(others)}); "
+                                 "pick another results folder or model_id, or screen with that config")
+
+    def _new_milestones(self, heads: pd.DataFrame, run: pd.DataFrame) -> list[str]:
+        """The milestones of trajectory.py reached at this revision and at none before it."""
+        from headtrace.trajectory import TrajectoryConfig, milestones, revision_table
+
+        config = self._resolved or self.config
+        thresholds = TrajectoryConfig(label_threshold=config.label_threshold,
+                                      induction_threshold=config.induction_threshold,
+                                      previous_threshold=config.previous_threshold,
+                                      sink_threshold=config.sink_threshold, gu_sink_epsilon=config.gu_sink_epsilon)
+        table = milestones(revision_table(heads, run, thresholds), thresholds)
+        reached = [m for m, r in zip(table.milestone, table.revision) if isinstance(r, str) and m not in self.milestones]
+        revision = str(run.revision.iloc[0])
+        self.milestones.update({m: revision for m in reached})
+        return reached
+
+    def _save(self, model, name: str, step: int, tokens: float | None, reached: list[str]) -> None:
+        """The checkpoint, atomically, then the folder's revisions.json (the organism's layout)."""
+        folder = self.checkpoint_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            model.save_pretrained(tmp, safe_serialization=True)
+            if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
+                self.tokenizer.save_pretrained(tmp)
+            shutil.rmtree(folder / name, ignore_errors=True)
+            os.replace(tmp, folder / name)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.saved = [e for e in self.saved if e["revision"] != name]
+        self.saved.append({"revision": name, "step": int(step), "tokens": tokens, "milestones": reached})
+        listing = folder / f".{REVISIONS_FILE}.tmp"
+        listing.write_text(json.dumps(self.saved, indent=1) + "\n")
+        os.replace(listing, folder / REVISIONS_FILE)
+
+
+def _validate(config: ScreenConfig) -> None:
+    """The config and its synthetic probe's shape, checked before any training."""
+    from headtrace.schema import synthetic_spec
+
+    config.validate()
+    if config.probe == "synthetic":
+        synthetic_spec(config, 0 if config.prepend_bos else None).validate()
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([\[\]*?])", r"[\1]", text)
+
+
+def _stored_hashes(out: Path, names: Iterable[str]) -> dict[str, str]:
+    """Config hash of each finished shard among `names` (unreadable ones are left out)."""
+    hashes = {}
+    for name in names:
+        path = out / RUNS / name
+        if path.is_file() and readable(path):
+            value = pd.read_parquet(path, columns=["config_hash"]).config_hash.iloc[0]
+            hashes[name] = str(value)
+    return hashes
+
+
+def _where_model_is(config: ScreenConfig, adapter) -> ScreenConfig:
+    """The config with the device and dtype the model is in (where it is screened)."""
+    import dataclasses
+
+    import torch
+
+    from headtrace.models import DTYPE_ALIASES, DTYPES
+
+    device = adapter.device
+    stated = config.device if config.device != "auto" else device.type
+    if torch.device(stated).type != device.type:
+        stated = device.type
+    dtype = next((name for name, value in DTYPES.items() if value == adapter.dtype), None)
+    if dtype is None:
+        raise HeadtraceError(f"the model is in {adapter.dtype}; the screen runs in {', '.join(DTYPES)}")
+    if DTYPE_ALIASES.get(config.dtype, config.dtype) == dtype and config.device == stated:
+        return config
+    return dataclasses.replace(config, device=stated, dtype=dtype)
+
+
+def _rank() -> int:
+    """This process's rank under torch.distributed (0 when it is not initialised)."""
+    if "torch" not in sys.modules:
+        return int(os.environ.get("RANK", 0))
+    import torch.distributed
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    return int(os.environ.get("RANK", 0))
+
+
+# --------------------------------------------------------------------------------------------
+# The Hugging Face Trainer callback (built on first use: importing this module needs no transformers).
+
+
+def _metrics(result: "ScreenResult") -> dict[str, float]:
+    """The scalars logged per screen."""
+    run = result.run.iloc[0]
+    return {"headtrace/sink_fraction": float(run.sink_fraction),
+            "headtrace/best_induction": float(result.heads.sel_induction.max()),
+            "headtrace/top1": float(run.top1)}
+
+
+def _calling_trainer():
+    """The Trainer whose loop called this callback (callbacks are not handed it), or None."""
+    from transformers import Trainer
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, Trainer):
+            return candidate
+        frame = frame.f_back
+    return None
+
+
+def _sharding(trainer) -> str | None:
+    """What shards the model a Trainer trains (FSDP, DeepSpeed ZeRO-3), if anything."""
+    if trainer is None:
+        return None
+    if getattr(trainer, "is_fsdp_enabled", False):
+        return "FSDP"
+    if getattr(trainer, "is_deepspeed_enabled", False):
+        from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+        return "DeepSpeed ZeRO-3" if is_deepspeed_zero3_enabled() else None
+    return None
+
+
+def _build_callback():
+    from transformers import TrainerCallback
+
+    class HeadtraceCallback(TrainerCallback):
+        """Screens the model a `Trainer` trains, at chosen steps, into a results folder.
+
+        `Trainer(..., callbacks=[HeadtraceCallback(out="results/", revisions="log:24", config=ScreenConfig(...))])`
+
+        revisions: "log:N" (over the run's max_steps), "every:K", a list of steps (0: before
+        training), or several joined by commas. model_id: the model's name in the tables
+        (default: the name of the Trainer's output_dir). tokens_per_step: tokens per optimiser
+        step, where the Trainer does not count them (`include_num_input_tokens_seen`); else
+        tokens are unknown. save_at_milestones, checkpoint_dir: as `Watcher`'s (the tokenizer is
+        the Trainer's processing_class). log_metrics: log the sink fraction, the best induction
+        selectivity and top-1 through the Trainer's `log`. A screen that fails (disk full, a
+        diverged model) warns and training goes on.
+        """
+
+        def __init__(self, out: str | Path = "results", revisions: Revisions = "log:24",
+                     config: ScreenConfig = ScreenConfig(), model_id: str | None = None,
+                     save_at_milestones: bool = False, checkpoint_dir: str | Path | None = None,
+                     tokens_per_step: float | None = None, log_metrics: bool = True):
+            _validate(config)
+            schedule(revisions, 10**9)  # the syntax, before training (max_steps comes with it)
+            if tokens_per_step is not None and tokens_per_step <= 0:
+                raise HeadtraceError(f"tokens_per_step must be positive (got {tokens_per_step})")
+            check_writable(out)
+            self.out, self.revisions, self.config = Path(out), revisions, config
+            self.model_id, self.save_at_milestones, self.checkpoint_dir = model_id, save_at_milestones, checkpoint_dir
+            self.tokens_per_step, self.log_metrics = tokens_per_step, log_metrics
+            self.watcher: Watcher | None = None
+            self._trainer = None
+
+        def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+            trainer = _calling_trainer()
+            self._trainer = weakref.ref(trainer) if trainer is not None else None
+            sharded = _sharding(trainer)
+            if sharded:
+                raise _sharded_error(sharded)
+            tokenizer = processing_class if hasattr(processing_class, "bos_token_id") else None
+            self.watcher = Watcher(self.out, self.model_id or Path(args.output_dir or "model").name, self.config,
+                                   self.revisions, total_steps=state.max_steps if state.max_steps > 0 else None,
+                                   save_at_milestones=self.save_at_milestones, checkpoint_dir=self.checkpoint_dir,
+                                   tokenizer=tokenizer, rank=0 if state.is_world_process_zero else 1)
+            self.watcher.prepare(model)
+            if self.watcher.due(state.global_step) and state.global_step == 0:
+                self._screen(args, state, model)
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if self.watcher is not None and self.watcher.active and self.watcher.due(state.global_step):
+                self._screen(args, state, model)
+
+        def _tokens(self, args, state) -> float | None:
+            if getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False) and state.num_input_tokens_seen:
+                return float(state.num_input_tokens_seen)
+            return None if self.tokens_per_step is None else float(self.tokens_per_step * state.global_step)
+
+        def _screen(self, args, state, model) -> None:
+            try:
+                result = self.watcher.screen(model, state.global_step, self._tokens(args, state))
+            except HeadtraceError as exc:
+                warnings.warn(f"headtrace: the screen at step {state.global_step} failed, training goes on: {exc}",
+                              stacklevel=2)
+                return
+            if result is None or not self.log_metrics:
+                return
+            trainer = self._trainer() if self._trainer is not None else None
+            if trainer is not None:
+                trainer.log(_metrics(result))
+            else:
+                state.log_history.append({**_metrics(result), "step": state.global_step})
+
+    HeadtraceCallback.__module__, HeadtraceCallback.__qualname__ = __name__, "HeadtraceCallback"
+    return HeadtraceCallback
+
+
+def __getattr__(name: str):
+    if name == "HeadtraceCallback":
+        globals()[name] = _build_callback()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
