@@ -312,6 +312,24 @@ def test_the_demo_layout_saves_the_final_checkpoint_and_reuses_it(watched_organi
     assert not again.reused and len(read_results(tmp_path / "results")[1]) == 4
 
 
+def test_ctrl_c_keeps_the_screens_and_training_again_starts_over(watched_organism, tmp_path):
+    screen = watched_organism[1]
+    out = tmp_path / "organisms" / "dense"
+
+    def interrupt(step: int, total: int, loss: float) -> None:
+        if step == 4:
+            raise KeyboardInterrupt
+
+    watch = Watcher(tmp_path / "results", "organism-dense", screen, revisions=None)
+    with pytest.raises(KeyboardInterrupt):
+        train(out, tiny_organism(), on_step=interrupt, watch=watch)
+    meta = json.loads((out / "organism.json").read_text())
+    assert [e["step"] for e in meta["screened"]] == [1, 2, 4] and not meta["complete"]
+    assert list(read_results(tmp_path / "results")[1].step) == [1, 2, 4] and not list(out.glob("step*"))
+    again = train(out, tiny_organism(), watch=Watcher(tmp_path / "results", "organism-dense", screen, revisions=None))
+    assert not again.reused and [e["step"] for e in again.screened] == checkpoint_steps(8, 4)
+
+
 # ----------------------------------------------------------------------------------------------
 # headtrace results --follow.
 

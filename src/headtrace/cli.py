@@ -640,7 +640,7 @@ class PanelDisplay:
         return update
 
     def finished(self, result) -> None:
-        self.done += 1
+        self.done += result.task.screen  # a revision only ablated was counted as done at the start
         self.progress.update(self.panel, completed=self.done, info=f"{self.done}/{self.total} revisions")
         if result.error:
             message = f"[red]failed[/] {escape(result.task.label)}: {escape(result.error)}"
