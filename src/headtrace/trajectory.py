@@ -58,8 +58,8 @@ import pandas as pd
 
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS, CLASSES
-from headtrace.revisions import parse_revision
 from headtrace.schema import ScreenConfig, add_labels
+from headtrace.store import ResultsDir, training_order, write_parquet_atomic, write_text_atomic, writing_results
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE = "holds", "does not hold", "not measurable"
 SHARP, GRADUAL = "sharp", "gradual"  # F2 is a measurement: its status is the shape ...
@@ -136,15 +136,7 @@ def labelled_heads(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryCon
     score = table["sink_score"].astype(float)
     table["gu_sink"] = pd.array(np.where(score.isna(), None, score > config.gu_sink_epsilon), dtype="boolean")
     table["previous_selective"] = table["sel_previous"] >= config.previous_selective_threshold
-    return _in_training_order(table, ["layer", "head"])
-
-
-def _in_training_order(frame: pd.DataFrame, then: list[str]) -> pd.DataFrame:
-    """Sort by model, tokens, step (for revisions without tokens), revision name, then `then`."""
-    step = frame["revision"].map(lambda name: parse_revision(str(name)).step)
-    ordered = frame.assign(_step=step).sort_values(["model", "tokens", "_step", "revision", *then],
-                                                   na_position="last", kind="stable")
-    return ordered.drop(columns="_step").reset_index(drop=True)
+    return training_order(table, ("layer", "head"))
 
 
 def _class_counts(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -181,7 +173,7 @@ def revision_table(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
         result = result.merge(capability, on=keys, how="left")
     else:
         result = result.assign(**{c: np.nan for c in CAPABILITY + CEILINGS})
-    return _in_training_order(result, [])
+    return training_order(result)
 
 
 def layer_table(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryConfig()) -> pd.DataFrame:
@@ -189,7 +181,7 @@ def layer_table(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryConfig
     table = labelled_heads(heads, config)
     counts = _class_counts(table, ["model", "revision", "layer"])
     tokens = table.groupby(["model", "revision"], sort=False)["tokens"].first().reset_index()
-    return _in_training_order(counts.merge(tokens, on=["model", "revision"]), ["layer"])
+    return training_order(counts.merge(tokens, on=["model", "revision"]), ("layer",))
 
 
 # --------------------------------------------------------------------------------------------
@@ -668,12 +660,9 @@ def findings_markdown(table: pd.DataFrame, stones: pd.DataFrame) -> str:
     ]) + "\n"
 
 
-EXPECT_FILE = "expect.json"  # a results directory's expected results, so `findings` and the report agree
-
-
 def read_expectations(results_dir: str | Path) -> dict[str, dict[str, str]]:
     """The expectations stored in DIR/expect.json by `write_findings` (empty when there are none)."""
-    path = Path(results_dir) / EXPECT_FILE
+    path = ResultsDir(results_dir).expect
     if not path.is_file():
         return {}
     try:
@@ -690,16 +679,15 @@ def write_findings(results_dir: str | Path, config: TrajectoryConfig = Trajector
 
     `expect` (a panel's per-model expectations) is stored in DIR/expect.json and used by later calls
     and the report; without it, the stored expectations apply."""
-    from headtrace.store import read_results, write_parquet_atomic
-
     config.validate()
-    out = Path(results_dir)
-    heads, runs = read_results(out)
-    if expect is not None:
-        check_expectations(expect)
-        (out / EXPECT_FILE).write_text(json.dumps(expect, indent=1, sort_keys=True))
-    table = findings(heads, runs, config, read_expectations(out))
-    stones = milestones(revision_table(heads, runs, config), config)
-    write_parquet_atomic(table, out / "findings.parquet")
-    (out / "findings.md").write_text(findings_markdown(table, stones))
+    out = ResultsDir(results_dir)
+    heads, runs = out.read()
+    with writing_results(out.root):
+        if expect is not None:
+            check_expectations(expect)
+            write_text_atomic(json.dumps(expect, indent=1, sort_keys=True), out.expect)
+        table = findings(heads, runs, config, read_expectations(out.root))
+        stones = milestones(revision_table(heads, runs, config), config)
+        write_parquet_atomic(table, out.findings)
+        write_text_atomic(findings_markdown(table, stones), out.findings_md)
     return table

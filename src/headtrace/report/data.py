@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from headtrace.probes import CLASSES
-from headtrace.store import ABLATIONS, HEADS, RUNS, read_ablations, read_results
+from headtrace.store import ABLATIONS, ResultsDir
 from headtrace.trajectory import (ModelPanel, TrajectoryConfig, final_circuit, findings, milestones, model_panels,
                                   read_expectations, tokens_label)
 
@@ -46,20 +46,14 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
     """Read a results directory and compute every table the report draws."""
     config.validate()
     out = Path(results_dir)
-    heads, runs = read_results(out)
+    results = ResultsDir(out)
+    heads, runs = results.read()
     panels = model_panels(heads, runs, config)
     revisions = pd.concat([p.revisions for p in panels], ignore_index=True)
     return PanelData(results_dir=out, runs=runs, config=config, panels=panels, revisions=revisions,
                      milestones=milestones(revisions, config),
                      findings=findings(heads, runs, config, read_expectations(out)),
-                     ablations=read_ablations(out), unfinished=unfinished_shards(out))
-
-
-def unfinished_shards(results_dir: Path) -> list[str]:
-    """Shards whose heads file exists without its run record: being written, or interrupted."""
-    heads = {p.name for p in (results_dir / HEADS).glob("*.parquet")}
-    runs = {p.name for p in (results_dir / RUNS).glob("*.parquet")}
-    return sorted(name.removesuffix(".parquet") for name in heads - runs)
+                     ablations=results.read_ablations(), unfinished=results.unfinished_shards())
 
 
 # --------------------------------------------------------------------------------------------
