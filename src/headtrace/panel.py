@@ -100,7 +100,7 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
-class AblationSpec:
+class AblationPlan:
     """The `[ablation]` section, validated; the ablation stage reads it from `Panel.ablation`.
 
     circuit: induction | previous-token | sink | a head list like "L2H11,L4H12";
@@ -117,7 +117,7 @@ class Panel:
     name: str
     models: tuple[ModelSpec, ...]
     screen: ScreenConfig
-    ablation: AblationSpec | None = None
+    ablation: AblationPlan | None = None
     retry: RetryPolicy = RetryPolicy()
     path: str | None = None
     sha256: str | None = None
@@ -152,7 +152,7 @@ _MODEL_KEYS = {
     "dtype": "str",
 }
 _ABLATION_KEYS = {
-    f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationSpec)
+    f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationPlan)
 }
 _SCREEN_KEYS = {f.name: str(f.type) for f in dataclasses.fields(ScreenConfig)}
 _DOWNLOAD_KEYS = {f.name: str(f.type) for f in dataclasses.fields(RetryPolicy)}
@@ -313,7 +313,7 @@ def load_panel(path: str | Path) -> Panel:
     ablation = None
     if "ablation" in document:
         values = check.table(document["ablation"], _ABLATION_KEYS, "ablation")
-        ablation = AblationSpec(**values)
+        ablation = AblationPlan(**values)
         check.choice("ablation", "mode", ablation.mode, ("zero", "mean"))
         if ablation.circuit not in CIRCUITS and not _HEAD_LIST.match(ablation.circuit):
             raise check.fail(
@@ -491,7 +491,7 @@ def _write_manifest(out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: d
 
 
 @dataclass
-class PanelRun:
+class RunOutcome:
     """What a `run_panel` call did."""
 
     out: Path
@@ -518,8 +518,8 @@ def run_panel(
     prefetch: bool = True,
     ray: RayOptions = RayOptions(),
     reporter: Reporter | None = None,
-    on_start: Callable[[PanelRun], None] | None = None,
-) -> PanelRun:
+    on_start: Callable[[RunOutcome], None] | None = None,
+) -> RunOutcome:
     """Screen every (model, revision) of a panel into `out`, skipping shards already done.
 
     All revision names are checked before any work starts. `on_start` sees the plan (what will be
@@ -537,7 +537,7 @@ def run_panel(
     with OutputLock(results) as lock:
         runs = results.existing_runs()
         _check_written_by_us(results, runs)
-        result = PanelRun(out=out, planned=tasks, stale_lock=lock.previous_owner)
+        result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner)
         written = dict(zip(runs.shard, runs.config_hash))
         ablation = ablation_config(panel.ablation)
         targets = ablation_targets(panel, tasks)
@@ -587,7 +587,7 @@ def run_panel(
     return result
 
 
-def ablation_config(spec: AblationSpec | None) -> AblationConfig | None:
+def ablation_config(spec: AblationPlan | None) -> AblationConfig | None:
     """The ablation stage's config for a panel's `[ablation]` section."""
     return None if spec is None else AblationConfig(circuit=spec.circuit, seeds=spec.seeds, mode=spec.mode)
 
