@@ -47,8 +47,8 @@ def main() -> None:
     args = parser.parse_args()
 
     adapter, circuit = setup(args.model)
-    probe = build_probe(ScreenConfig(n_examples=args.n, seq_len=args.seq_len), lambda: None)
-    conditions = conditions_for(circuit, adapter.layout, AblationConfig(seeds=args.seeds))
+    probe = build_probe(ScreenConfig.of(n_examples=args.n, seq_len=args.seq_len), lambda: None)
+    conditions = conditions_for(circuit, adapter.layout, AblationConfig(draws=args.seeds))
     timings, results = {}, {}
     for label, strategy, stack in [("naive (one full pass per condition)", "naive", 1),
                                    ("replay from the first ablated layer", "replay", 1),

@@ -34,7 +34,7 @@ def reference_results(out: Path) -> Path:
 
 def tiny_results(out: Path) -> Path:
     """Screen the tiny panel (16 sequences of 64 tokens), leave one shard unfinished, add an ablation."""
-    config = ScreenConfig(n_examples=16, seq_len=64)
+    config = ScreenConfig.of(n_examples=16, seq_len=64)
     probe = build_probe(config, lambda: None)
     for model, (arch, revisions) in TINY_PANEL.items():
         for revision, seed, tokens in revisions:

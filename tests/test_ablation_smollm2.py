@@ -10,11 +10,11 @@ pytestmark = pytest.mark.slow  # load, a screen, a clean pass, 5 conditions from
 
 
 def test_the_screens_induction_circuit_is_necessary(smollm2):
-    config = ScreenConfig(n_examples=64, seq_len=256)
+    config = ScreenConfig.of(n_examples=64, seq_len=256)
     probe = build_probe(config, lambda: None)
     circuit = circuit_from_screen(screen(smollm2, probe, config).heads, "induction")
     assert {(17, 3), (18, 7)} <= set(circuit)
-    result = ablate(smollm2, probe, circuit, AblationConfig(seeds=3, singles=False, n_bootstrap=1000), config,
+    result = ablate(smollm2, probe, circuit, AblationConfig(draws=3, singles=False, n_bootstrap=1000), config,
                     "SmolLM2-135M")
     table = result.table.set_index("condition")
     first = result.table.iloc[0]

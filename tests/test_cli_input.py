@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from headtrace.panel import _existing_runs
 from headtrace.schema import ScreenConfig
 from headtrace.screen import screen_checkpoint
 from headtrace.store import ResultsDir
@@ -84,7 +83,7 @@ def test_a_revision_of_a_local_checkpoint_is_refused_and_a_series_serves_its_sub
     assert proc.returncode == 0, proc.stderr
     stored = pd.read_parquet(out / "heads")
     assert set(stored.model) == {"tiny-series"} and set(stored.revision) == {"step2"}
-    direct = screen_checkpoint(str(series / "step2"), config=ScreenConfig(n_examples=16, seq_len=64)).heads
+    direct = screen_checkpoint(str(series / "step2"), config=ScreenConfig.of(n_examples=16, seq_len=64)).heads
     assert stored.mean_induction.tolist() == direct.mean_induction.tolist()  # step2's weights, not another's
 
 
@@ -118,7 +117,7 @@ def test_a_corrupt_parquet_file_is_one_line_naming_it(imported, tmp_path, folder
     for command in ("results", "findings", "report"):
         line = one_line_error(headtrace(command, out))
         assert f"cannot read '{victim}'" in line and "`headtrace run` re-screens" in line
-    assert victim.name not in set(_existing_runs(out).shard)  # so `headtrace run` does re-screen it
+    assert victim.name not in set(ResultsDir(out).existing_runs().shard)  # so `headtrace run` does re-screen it
 
 
 # Defect 4 -------------------------------------------------------------------------------------
@@ -262,13 +261,13 @@ def test_the_screen_summary_lists_the_strongest_heads_and_all_prints_every_one()
 
     from headtrace.cli import STRONGEST, out_console, print_screen_summary
     from headtrace.models import ModelAdapter
-    from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+    from headtrace.probes import ProbeSpec, synthetic_induction
     from headtrace.screen import screen
 
     model = LlamaForCausalLM(LlamaConfig(vocab_size=10240, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
                                          num_attention_heads=4, max_position_embeddings=128))
-    config = ScreenConfig(n_examples=8, seq_len=64, label_threshold=0.0)  # every head gets a label
-    result = screen(ModelAdapter(model.eval()), synthetic_induction(SyntheticInductionSpec(n_examples=8, seq_len=64)),
+    config = ScreenConfig.of(n_examples=8, seq_len=64, label_threshold=0.0)  # every head gets a label
+    result = screen(ModelAdapter(model.eval()), synthetic_induction(ProbeSpec(n_examples=8, seq_len=64)),
                     config, model_name="m", revision="r")
     result.run["ceiling_induction"] = 1234.0
     for all_heads, rows in ((False, STRONGEST), (True, 16)):

@@ -47,7 +47,7 @@ def test_panel_ablates_the_final_revision_then_resumes_and_widens(cache, tmp_pat
     # The stored rows are the ablation of exactly that checkpoint (the fake hub serves tiny_model seeds).
     adapter = ModelAdapter(tiny_model("gpt_neox", seed_of(PYTHIA, "step4")))
     direct = ablate(adapter, build_probe(panel.screen, lambda: None), ((1, 0), (1, 2)),
-                    AblationConfig(circuit="L1H0,L1H2", seeds=3), panel.screen, PYTHIA, "step4",
+                    AblationConfig(circuit="L1H0,L1H2", draws=3), panel.screen, PYTHIA, "step4",
                     tokens=4 * 2_097_152).table
     pd.testing.assert_frame_equal(table, direct, check_exact=True)
 

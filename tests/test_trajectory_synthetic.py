@@ -318,11 +318,11 @@ def test_findings_on_real_screen_output(tmp_path):
     from models_zoo import tiny_model
 
     from headtrace.models import ModelAdapter
-    from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+    from headtrace.probes import ProbeSpec, synthetic_induction
     from headtrace.screen import ScreenConfig, screen
 
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=16, seq_len=64))
-    config = ScreenConfig(n_examples=16, seq_len=64)
+    probe = synthetic_induction(ProbeSpec(n_examples=16, seq_len=64))
+    config = ScreenConfig.of(n_examples=16, seq_len=64)
     for step, seed in ((1, 0), (2, 1)):
         result = screen(ModelAdapter(tiny_model("gpt_neox", seed)), probe, config, model_name="tiny",
                         revision=f"step{step}", tokens=step * 1e6)

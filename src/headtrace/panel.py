@@ -43,8 +43,6 @@ from typing import Callable, Iterator, Sequence
 import pandas as pd
 
 from headtrace import __version__
-from headtrace.ablation import CIRCUITS as ABLATION_CIRCUITS
-from headtrace.ablation import AblationConfig
 from headtrace.errors import DiskFull, HeadtraceError
 from headtrace.executors import (
     QuietReporter,
@@ -57,7 +55,7 @@ from headtrace.executors import (
     run_ray,
 )
 from headtrace.revisions import select
-from headtrace.screen import SCHEMA_VERSION, ScreenConfig
+from headtrace.schema import ABLATION_MODES, FLAT_TYPES, SCHEMA_VERSION, AblationConfig, ScreenConfig, parse_circuit
 from headtrace.sources import CheckpointSource, HubSource, LocalSource, RetryPolicy
 from headtrace.store import RUNS, ResultsDir, identical_weights, utc_now, write_json_atomic
 from headtrace.trajectory import check_expectations
@@ -70,8 +68,6 @@ else:  # pragma: no cover - Python 3.10
 MANIFEST_SCHEMA = 1
 SOURCES = ("hub", "local", "organism")
 DTYPES = ("float32", "bfloat16", "float16")
-CIRCUITS = tuple(ABLATION_CIRCUITS)
-_HEAD_LIST = re.compile(r"^L\d+H\d+(,L\d+H\d+)*$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,14 +97,10 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class AblationPlan:
-    """The `[ablation]` section, validated; the ablation stage reads it from `Panel.ablation`.
+    """The `[ablation]` section: the ablation's config (its fields are the section's keys) and the
+    revisions to ablate: final | all | a list of names."""
 
-    circuit: induction | previous-token | sink | a head list like "L2H11,L4H12";
-    seeds: matched-random draws; mode: zero | mean; revisions: final | all | a list of names."""
-
-    circuit: str = "induction"
-    seeds: int = 20
-    mode: str = "zero"
+    config: AblationConfig = AblationConfig()
     revisions: str | tuple[str, ...] = "final"
 
 
@@ -151,10 +143,9 @@ _MODEL_KEYS = {
     "expect": "table",
     "dtype": "str",
 }
-_ABLATION_KEYS = {
-    f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationPlan)
-}
-_SCREEN_KEYS = {f.name: str(f.type) for f in dataclasses.fields(ScreenConfig)}
+_ABLATION_KEYS = {"revisions": "revisions", **{f.name: str(f.type) for f in dataclasses.fields(AblationConfig)},
+                  "seeds": "int"}  # seeds: the old name of draws, still read
+_SCREEN_KEYS = FLAT_TYPES
 _DOWNLOAD_KEYS = {f.name: str(f.type) for f in dataclasses.fields(RetryPolicy)}
 
 
@@ -272,8 +263,8 @@ def load_panel(path: str | Path) -> Panel:
     screen_values = check.table(document.get("screen", {}), _SCREEN_KEYS, "screen")
     if screen_values.get("texts"):
         screen_values["texts"] = str(base / screen_values["texts"])
-    screen = ScreenConfig(**screen_values)
     try:
+        screen = ScreenConfig.of(**screen_values)
         screen.validate()
     except HeadtraceError as exc:
         raise check.fail("screen", None, str(exc)) from None
@@ -313,19 +304,19 @@ def load_panel(path: str | Path) -> Panel:
     ablation = None
     if "ablation" in document:
         values = check.table(document["ablation"], _ABLATION_KEYS, "ablation")
-        ablation = AblationPlan(**values)
-        check.choice("ablation", "mode", ablation.mode, ("zero", "mean"))
-        if ablation.circuit not in CIRCUITS and not _HEAD_LIST.match(ablation.circuit):
-            raise check.fail(
-                "ablation",
-                "circuit",
-                f"circuit = '{ablation.circuit}' is not one of "
-                f"{', '.join(CIRCUITS)} nor a head list like 'L2H11,L4H12'",
-            )
-        if ablation.seeds < 1:
-            raise check.fail("ablation", "seeds", f"seeds must be >= 1 (got {ablation.seeds})")
-        if isinstance(ablation.revisions, str) and ablation.revisions not in ("final", "all"):
+        if "seeds" in values:
+            values["draws"] = values.pop("seeds")
+        revisions = values.pop("revisions", "final")
+        if isinstance(revisions, str) and revisions not in ("final", "all"):
             raise check.fail("ablation", "revisions", "revisions must be 'final', 'all' or a list of names")
+        check.choice("ablation", "mode", values.get("mode", "zero"), ABLATION_MODES)
+        ablation = AblationPlan(AblationConfig(**values), revisions)
+        for key, check_value in (("circuit", lambda: parse_circuit(ablation.config.circuit)),
+                                 (None, ablation.config.validate)):
+            try:
+                check_value()
+            except HeadtraceError as exc:
+                raise check.fail("ablation", key, str(exc)) from None
     retry = RetryPolicy(**check.table(document.get("download", {}), _DOWNLOAD_KEYS, "download"))
     if retry.attempts < 1 or retry.backoff_s < 0:
         raise check.fail("download", None, "attempts must be >= 1 and backoff_s >= 0")
@@ -539,7 +530,7 @@ def run_panel(
         _check_written_by_us(results, runs)
         result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner)
         written = dict(zip(runs.shard, runs.config_hash))
-        ablation = ablation_config(panel.ablation)
+        ablation = panel.ablation.config if panel.ablation else None
         targets = ablation_targets(panel, tasks)
         todo = []
         for task in tasks:
@@ -587,11 +578,6 @@ def run_panel(
     return result
 
 
-def ablation_config(spec: AblationPlan | None) -> AblationConfig | None:
-    """The ablation stage's config for a panel's `[ablation]` section."""
-    return None if spec is None else AblationConfig(circuit=spec.circuit, seeds=spec.seeds, mode=spec.mode)
-
-
 def ablation_targets(panel: Panel, tasks: list[Task]) -> set[str]:
     """Shards to ablate: each model's last planned revision (final), every one (all), or the named ones."""
     spec = panel.ablation
@@ -633,7 +619,7 @@ def _execute(
     if not tasks:
         return iter(())
     settings = TaskSettings(config=panel.screen, out=str(out), keep_checkpoints=keep,
-                            ablation=ablation_config(panel.ablation),
+                            ablation=panel.ablation.config if panel.ablation else None,
                             model_configs=tuple((m.id, panel.screen_for(m.id)) for m in panel.models if m.dtype))
     if executor == "ray":
         return run_ray(tasks, settings, reporter, ray)

@@ -1,7 +1,7 @@
 """Probe batches: token ids plus, per example, the query position and every class's target positions.
 
 The screen only reads a `Probe`, so any batch that names a query and its targets can be screened.
-Two builders ship: the synthetic induction batch of the reference study (DESIGN.md §2), reproduced
+Two builders ship: the synthetic induction batch of the reference study (docs/definitions.md), reproduced
 draw for draw, and a natural-text induction probe built from any corpus with the model's tokenizer.
 """
 
@@ -36,6 +36,7 @@ SELECTIVITY_FLOOR = 1e-8  # baseline floor in the ratio, as in the reference
 # reference: the study's fixed positions, which may hold an example's own class target (the default);
 # clean: each example's baseline without its own induction and duplicate-token targets.
 BASELINES: tuple[str, ...] = ("reference", "clean")
+PROBE_KINDS: tuple[str, ...] = ("synthetic", "natural")
 
 
 @dataclass(frozen=True)
@@ -198,31 +199,41 @@ def _null_positions(query: np.ndarray, avoid: Sequence[np.ndarray], seed: int) -
 
 
 @dataclass(frozen=True)
-class SyntheticInductionSpec:
-    """The reference's synthetic induction batch (DESIGN.md §2)."""
+class ProbeSpec:
+    """Which batch a screen runs: the probe's kind, its size and token ids, and the baseline that
+    selectivity divides by (docs/definitions.md)."""
 
+    kind: str = "synthetic"  # synthetic (the reference's batch) | natural (induction in a text corpus)
     n_examples: int = 2000
-    seq_len: int = 256
+    seq_len: int = 256  # synthetic: the sequence length before BOS; natural: the longest text kept
     seed: int = 42
     id_low: int = 100
     id_high: int = 10000
-    bos_token_id: int | None = None  # prepend this token (sequence grows by one)
+    prepend_bos: bool = False
+    texts: str | None = None  # natural: a .txt (blank-line separated) or .jsonl ("text") file
+    baseline: str = "reference"  # reference | clean (docs/definitions.md, "The baseline and its ceiling")
 
     def validate(self) -> None:
+        if self.kind not in PROBE_KINDS:
+            raise HeadtraceError(f"unknown probe '{self.kind}'; use {' or '.join(PROBE_KINDS)}")
         if self.n_examples < 1:
             raise HeadtraceError(f"n-examples must be >= 1 (got {self.n_examples})")
-        if self.seq_len < 2 * 21 + 2:
-            raise HeadtraceError(
-                f"seq-len must be >= 44 so the first pair fits in [20, T/2) (got {self.seq_len})"
-            )
-        if self.id_high - self.id_low < 2:
-            raise HeadtraceError(f"id range [{self.id_low}, {self.id_high}) must hold at least 2 ids")
-        if self.id_low < 0:
-            raise HeadtraceError(f"id-low must be >= 0 (got {self.id_low})")
+        if self.baseline not in BASELINES:
+            raise HeadtraceError(f"unknown baseline '{self.baseline}'; use {' or '.join(BASELINES)}")
+        if self.kind == "natural" and not self.texts:
+            raise HeadtraceError("the natural probe needs --texts FILE (a .txt or .jsonl corpus)")
+        if self.kind == "synthetic":
+            if self.seq_len < 2 * 21 + 2:
+                raise HeadtraceError(f"seq-len must be >= 44 so the first pair fits in [20, T/2) (got {self.seq_len})")
+            if self.id_high - self.id_low < 2:
+                raise HeadtraceError(f"id range [{self.id_low}, {self.id_high}) must hold at least 2 ids")
+            if self.id_low < 0:
+                raise HeadtraceError(f"id-low must be >= 0 (got {self.id_low})")
 
 
-def synthetic_induction(spec: SyntheticInductionSpec = SyntheticInductionSpec()) -> Probe:
-    """Build the synthetic induction batch exactly as the reference does, draw for draw."""
+def synthetic_induction(spec: ProbeSpec = ProbeSpec(), bos_token_id: int | None = None) -> Probe:
+    """Build the synthetic induction batch exactly as the reference does, draw for draw; with
+    `bos_token_id`, that token is prepended (the sequence grows by one)."""
     spec.validate()
     n, T, lo, hi = spec.n_examples, spec.seq_len, spec.id_low, spec.id_high
     rng = np.random.RandomState(spec.seed)
@@ -246,8 +257,8 @@ def synthetic_induction(spec: SyntheticInductionSpec = SyntheticInductionSpec())
 
     ab = _recover_ab(ids, answer, T - 1)
     offset = 0
-    if spec.bos_token_id is not None:
-        ids = np.concatenate([np.full((n, 1), spec.bos_token_id, dtype=np.int64), ids], axis=1)
+    if bos_token_id is not None:
+        ids = np.concatenate([np.full((n, 1), bos_token_id, dtype=np.int64), ids], axis=1)
         offset = 1
     query_pos = T - 1 + offset
     query = np.full(n, query_pos, dtype=np.int64)
@@ -263,7 +274,7 @@ def synthetic_induction(spec: SyntheticInductionSpec = SyntheticInductionSpec())
         local=np.tile(query_pos - np.array(LOCAL_OFFSETS, dtype=np.int64), (n, 1)),
         baseline=np.tile(base, (n, 1)),
         null=_null_positions(query, (induction, duplicate), NULL_SEED),
-        description={"kind": "synthetic-induction", **spec.__dict__},
+        description={"kind": "synthetic-induction", **dataclasses.asdict(spec), "bos_token_id": bos_token_id},
     )
 
 

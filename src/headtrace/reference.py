@@ -122,7 +122,7 @@ def _screen_tables(data: dict, path: Path, pr: PRTrajectory | None) -> tuple[pd.
         heads[f"sel_{key}"] = [float(selectivity[g].get(name, np.nan)) for g in grid]
     heads["sel_null"] = np.nan
     config = ScreenConfig()
-    add_labels(heads, config)
+    add_labels(heads, config.thresholds)
     heads["sink_score"] = np.nan
     heads["gu_sink"] = pd.array([None] * len(grid), dtype="boolean")
     pr_values = pr.pr.get(revision, {}) if pr else {}

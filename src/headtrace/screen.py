@@ -34,7 +34,7 @@ from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
 from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, selectivity_ceilings
 from headtrace.schema import (SCHEMA_VERSION, SELECTIVITY_FLOOR, ScreenConfig, add_labels,  # noqa: F401 (re-exported)
-                              head_id, synthetic_spec)
+                              head_id)
 from headtrace.spectral import GramAccumulator
 from headtrace.store import utc_now
 
@@ -448,9 +448,9 @@ def _head_table(adapter, probe, config, taps, grams, model_name, revision, token
     denominator = np.maximum(baseline, SELECTIVITY_FLOOR)
     for name in list(CLASS_KEYS.values()) + ["null"]:
         table[f"sel_{name}"] = table[f"mean_{name}"].to_numpy() / denominator
-    add_labels(table, config)
+    add_labels(table, config.thresholds)
     table["sink_score"] = sink_score.ravel()
-    table["gu_sink"] = table["sink_score"] > config.gu_sink_epsilon
+    table["gu_sink"] = table["sink_score"] > config.thresholds.gu_sink_epsilon
     table["pr"] = pr[..., 0].ravel()
     table["pr_cov"] = pr[..., 1].ravel()
     # The baseline lost precision (or flushed to zero) in the compute dtype: its ratios are unreliable.
@@ -490,7 +490,7 @@ def _run_record(adapter, probe, config, heads, capability, model_name, revision,
         "sink_fraction": float(heads.sink.mean()),
         "gu_sink_fraction": float(heads.gu_sink.mean()),
         "n_underflow_heads": int(heads.baseline_underflow.sum()),
-        "baseline": config.baseline,
+        "baseline": config.probe.baseline,
         **{f"ceiling_{key}": value for key, value in selectivity_ceilings(probe).items()},
         "config_hash": config.config_hash,
         "config_json": json.dumps(config.to_dict(), sort_keys=True),
@@ -509,17 +509,18 @@ def build_probe(config: ScreenConfig, tokenizer_loader: Callable[[], object]) ->
     """The probe a config describes (the tokenizer is loaded only for BOS or natural text)."""
     from headtrace.probes import clean_baseline, natural_text_induction, read_texts, synthetic_induction
 
-    if config.probe == "natural":
-        probe = natural_text_induction(read_texts(config.texts), tokenizer_loader(), max_len=config.seq_len,
-                                       max_examples=config.n_examples, prepend_bos=config.prepend_bos)
+    spec = config.probe
+    if spec.kind == "natural":
+        probe = natural_text_induction(read_texts(spec.texts), tokenizer_loader(), max_len=spec.seq_len,
+                                       max_examples=spec.n_examples, prepend_bos=spec.prepend_bos)
     else:
         bos = None
-        if config.prepend_bos:
+        if spec.prepend_bos:
             bos = tokenizer_loader().bos_token_id
             if bos is None:
                 raise HeadtraceError("the tokenizer has no BOS token; drop --prepend-bos")
-        probe = synthetic_induction(synthetic_spec(config, bos))
-    return clean_baseline(probe) if config.baseline == "clean" else probe
+        probe = synthetic_induction(spec, bos)
+    return clean_baseline(probe) if spec.baseline == "clean" else probe
 
 
 def screen_checkpoint(

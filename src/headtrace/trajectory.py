@@ -9,7 +9,7 @@ Counts come in two kinds, named apart: `screen_*` columns are the all-head scree
 in several: induction circuit >= 50x, previous-token circuit = best class previous-token and >= 100x
 (the reference's shipped circuit; `previous_any`: any head >= 100x), sink = first-token >= 30x,
 Gu sink score > 0.3), `label_*` columns count best-class labels (one per head). Both are re-derived
-from the selectivity columns with `screen.add_labels`, so their thresholds are parameters of the
+from the selectivity columns with `schema.add_labels`, so their thresholds are parameters of the
 analysis; with the defaults they equal the screen's own columns.
 
 Milestone = the first revision where a condition holds. Checkpoints are a grid: the event happened
@@ -58,7 +58,7 @@ import pandas as pd
 
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS, CLASSES
-from headtrace.schema import ScreenConfig, add_labels
+from headtrace.schema import Thresholds, add_labels
 from headtrace.store import ResultsDir, training_order, write_parquet_atomic, write_text_atomic, writing_results
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE = "holds", "does not hold", "not measurable"
@@ -81,11 +81,7 @@ _TOLERANCE = 1e-9  # counts and fractions compared with thresholds like 2/3
 class TrajectoryConfig:
     """Thresholds of the screens, milestones and findings (module docstring: what each one means)."""
 
-    label_threshold: float = 30.0
-    induction_threshold: float = 50.0
-    previous_threshold: float = 100.0
-    sink_threshold: float = 30.0
-    gu_sink_epsilon: float = 0.3
+    thresholds: Thresholds = Thresholds()
     induction_counts: tuple[int, ...] = (3, 5)
     sink_fractions: tuple[float, ...] = (0.10, 0.30, 0.50, 0.70)
     previous_selective_threshold: float = 30.0
@@ -110,11 +106,6 @@ class TrajectoryConfig:
         if self.floor_layers < 1:
             raise HeadtraceError(f"floor-layers must be >= 1 (got {self.floor_layers})")
 
-    def screen_config(self) -> ScreenConfig:
-        return ScreenConfig(label_threshold=self.label_threshold, induction_threshold=self.induction_threshold,
-                            previous_threshold=self.previous_threshold, sink_threshold=self.sink_threshold,
-                            gu_sink_epsilon=self.gu_sink_epsilon)
-
 
 # --------------------------------------------------------------------------------------------
 # Per-revision and per-layer tables.
@@ -132,9 +123,9 @@ def labelled_heads(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryCon
     for column in OPTIONAL_HEAD_COLUMNS:
         if column not in table.columns:
             table[column] = np.nan
-    add_labels(table, config.screen_config())
+    add_labels(table, config.thresholds)
     score = table["sink_score"].astype(float)
-    table["gu_sink"] = pd.array(np.where(score.isna(), None, score > config.gu_sink_epsilon), dtype="boolean")
+    table["gu_sink"] = pd.array(np.where(score.isna(), None, score > config.thresholds.gu_sink_epsilon), dtype="boolean")
     table["previous_selective"] = table["sel_previous"] >= config.previous_selective_threshold
     return training_order(table, ("layer", "head"))
 
@@ -210,7 +201,7 @@ MilestoneSpec = tuple[str, str, float]  # (name, column of the revision table, m
 
 
 def _induction_milestone(count: int, config: TrajectoryConfig) -> MilestoneSpec:
-    return f"induction >= {count} heads at {config.induction_threshold:g}x", "screen_induction_circuit", count
+    return f"induction >= {count} heads at {config.thresholds.induction_threshold:g}x", "screen_induction_circuit", count
 
 
 def _sink_milestone(fraction: float) -> MilestoneSpec:
@@ -298,7 +289,7 @@ def _at(panel: ModelTrajectory, i: int | None) -> str:
 def floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F1: sink heads per layer at every revision; the low layers that never have one."""
     floor_layers = list(range(config.floor_layers))
-    claim = f"no sink head (first-token >= {config.sink_threshold:g}x) in layers 0-{floor_layers[-1]} at any revision"
+    claim = f"no sink head (first-token >= {config.thresholds.sink_threshold:g}x) in layers 0-{floor_layers[-1]} at any revision"
     per_layer = panel.layers.pivot(index="revision", columns="layer", values="screen_sink").reindex(panel.names)
     numbers = {"sink_heads_per_layer": {rev: [int(v) for v in row] for rev, row in per_layer.iterrows()}}
     found = per_layer.sum(axis=0)
@@ -392,20 +383,20 @@ def timing(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
 def final_circuit(panel: ModelTrajectory, config: TrajectoryConfig) -> list[str]:
     """Heads at or above the induction threshold at the last revision, strongest first."""
     last = panel.wide("sel_induction").iloc[-1]
-    return list(last[last >= config.induction_threshold].sort_values(ascending=False, kind="stable").index)
+    return list(last[last >= config.thresholds.induction_threshold].sort_values(ascending=False, kind="stable").index)
 
 
 def recall(panel: ModelTrajectory, config: TrajectoryConfig) -> pd.Series:
     """Share of the final induction circuit already at or above the threshold, per revision."""
     circuit = final_circuit(panel, config)
-    return (panel.wide("sel_induction")[circuit] >= config.induction_threshold).mean(axis=1)
+    return (panel.wide("sel_induction")[circuit] >= config.thresholds.induction_threshold).mean(axis=1)
 
 
 def _no_trajectory(panel: ModelTrajectory, config: TrajectoryConfig) -> str:
     """Why a final-circuit finding cannot be measured: one revision, or no final circuit."""
     if len(panel.names) < 2:
         return ONE_REVISION
-    return f"no head at {config.induction_threshold:g}x at the last revision ({panel.names[-1]})"
+    return f"no head at {config.thresholds.induction_threshold:g}x at the last revision ({panel.names[-1]})"
 
 
 def early_identification(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
@@ -455,7 +446,7 @@ def _leads(panel: ModelTrajectory, config: TrajectoryConfig, circuit: list[str],
     pr, selectivity = panel.wide("pr"), panel.wide("sel_induction")
     per_head, unmeasured = {}, {}
     for head in circuit:
-        crossing = int(np.flatnonzero(selectivity[head].to_numpy() >= config.induction_threshold)[0])
+        crossing = int(np.flatnonzero(selectivity[head].to_numpy() >= config.thresholds.induction_threshold)[0])
         if crossing == 0:
             unmeasured[head] = (f"already at {selectivity[head].iloc[0]:.3g}x at the first revision "
                                 f"({panel.names[0]}): no measurable lead")
@@ -509,7 +500,7 @@ def _sensitivity_text(rows: dict[float, dict]) -> str:
 
 def spectral_lead(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F5: per final-circuit head, first revision with elevated PR vs first selectivity crossing."""
-    claim = (f"PR rises at or before the revision where induction selectivity crosses {config.induction_threshold:g}x "
+    claim = (f"PR rises at or before the revision where induction selectivity crosses {config.thresholds.induction_threshold:g}x "
              f"(median lead >= 0 revisions; elevated = PR >= {config.pr_rise_fraction:g} of its largest rise above "
              "its running minimum)")
     circuit = final_circuit(panel, config)
@@ -539,7 +530,7 @@ def spectral_lead(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
 
 def noise_floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F6: null-selectivity p99 per revision and induction heads above it."""
-    claim = (f"every induction-circuit head (>= {config.induction_threshold:g}x) lies above its revision's null "
+    claim = (f"every induction-circuit head (>= {config.thresholds.induction_threshold:g}x) lies above its revision's null "
              f"p{config.null_quantile * 100:g}")
     p99 = panel.revisions["null_p99"].to_numpy(dtype=float)
     numbers = {"null_p99": dict(zip(panel.names, p99.tolist())),
@@ -547,10 +538,10 @@ def noise_floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     if np.isnan(p99).all():
         return Finding("F6", "noise floor", claim, NOT_MEASURABLE, "no null selectivity (sel_null) in the panel", numbers)
     selectivity = panel.wide("sel_induction")
-    members = selectivity >= config.induction_threshold
+    members = selectivity >= config.thresholds.induction_threshold
     if not members.any().any():
         return Finding("F6", "noise floor", claim, NOT_MEASURABLE,
-                       f"no head at {config.induction_threshold:g}x at any revision", numbers)
+                       f"no head at {config.thresholds.induction_threshold:g}x at any revision", numbers)
     measured = members & np.isfinite(p99)[:, None]
     below = measured & ~(selectivity.gt(pd.Series(p99, index=selectivity.index), axis=0))
     n_members, n_below = int(measured.to_numpy().sum()), int(below.to_numpy().sum())
