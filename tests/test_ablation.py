@@ -25,7 +25,8 @@ from headtrace.ablation import (
 )
 from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
-from headtrace.screen import CapabilityAccumulator, ScreenConfig, build_probe, screen
+from headtrace.hooks import CapabilityAccumulator
+from headtrace.screen import ScreenConfig, build_probe, screen
 from headtrace.store import ablation_path, read_ablations, write_shard
 from induction_model import ID_LOW, INDUCTION_HEAD, PREVIOUS_HEAD, SEQ_LEN, VOCAB, induction_model
 from models_zoo import tiny_model
