@@ -13,7 +13,7 @@ from models_zoo import tiny_model
 from headtrace.models import ModelAdapter
 from headtrace.reference import import_reference
 from headtrace.screen import ScreenConfig, build_probe, screen
-from headtrace.store import HEADS, shard_name, write_shard
+from headtrace.store import HEADS, shard_name, ResultsDir
 
 REFERENCE = Path(__file__).parent / "data" / "reference" / "pythia-1b"
 PYTHIA = "EleutherAI/pythia-1b"
@@ -40,7 +40,7 @@ def tiny_results(out: Path) -> Path:
         for revision, seed, tokens in revisions:
             result = screen(ModelAdapter(tiny_model(arch, seed)), probe, config, model_name=model,
                             revision=revision, tokens=tokens)
-            write_shard(out, result.heads, result.run)
+            ResultsDir(out).write_shard(result.heads, result.run)
     model, revision = UNFINISHED
     shutil.copy(out / HEADS / shard_name(model, "seed2"), out / HEADS / shard_name(model, revision))
     write_ablation_rows(out, ablation_rows(*ABLATED))

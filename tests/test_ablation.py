@@ -15,7 +15,6 @@ from headtrace.ablation import (
     Condition,
     ablate,
     ablate_checkpoint,
-    ablation_done,
     circuit_from_screen,
     conditions_for,
     differential,
@@ -27,7 +26,7 @@ from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
 from headtrace.hooks import CapabilityAccumulator
 from headtrace.screen import ScreenConfig, build_probe, screen
-from headtrace.store import ablation_path, read_ablations, write_shard
+from headtrace.store import ResultsDir
 from induction_model import ID_LOW, INDUCTION_HEAD, PREVIOUS_HEAD, SEQ_LEN, VOCAB, induction_model
 from models_zoo import tiny_model
 from report_panels import ablation_rows
@@ -277,17 +276,17 @@ def test_stored_table_has_the_report_schema_and_reuses_a_stored_screen(tmp_path)
     probe = build_probe(SMALL, lambda: None)
     stored = screen(adapter, probe, SMALL, model_name=str(path), revision="r1")
     stored.heads["sink"] = stored.heads.head_id.isin(["L1H1", "L0H3"])  # a stored screen we can recognise
-    write_shard(tmp_path / "out", stored.heads, stored.run)
+    ResultsDir(tmp_path / "out").write_shard(stored.heads, stored.run)
     config = AblationConfig(circuit="sink", seeds=3, n_bootstrap=100)
     result = ablate_checkpoint(str(path), "r1", SMALL, config, out=tmp_path / "out", adapter=adapter)
     assert result.circuit_source == "stored screen"
-    table = read_ablations(tmp_path / "out")
+    table = ResultsDir(tmp_path / "out").read_ablations()
     assert set(ablation_rows("m", "r", 1.0).columns) <= set(table.columns)
     assert table.circuit_heads[0] == "L0H3,L1H1" and table.circuit[0] == "sink"
     assert list(table.condition.unique()) == ["clean", "circuit", "random", "layers", "single"]
-    assert ablation_path(tmp_path / "out", str(path), "r1").is_file()
-    assert ablation_done(tmp_path / "out", str(path), "r1", config, SMALL)
-    assert not ablation_done(tmp_path / "out", str(path), "r1", dataclasses.replace(config, seeds=4), SMALL)
+    assert ResultsDir(tmp_path / "out").ablation_path(str(path), "r1").is_file()
+    assert ResultsDir(tmp_path / "out").stored_ablation_hash(str(path), "r1") == config.config_hash(SMALL)
+    assert ResultsDir(tmp_path / "out").stored_ablation_hash(str(path), "r1") != dataclasses.replace(config, seeds=4).config_hash(SMALL)
     # Another screen config: the stored screen does not apply and a new one runs.
     other = dataclasses.replace(SMALL, induction_threshold=0.0)
     again = ablate_checkpoint(str(path), "r1", other, dataclasses.replace(config, circuit="induction"),

@@ -17,7 +17,7 @@ import pytest
 from headtrace.panel import _existing_runs
 from headtrace.schema import ScreenConfig
 from headtrace.screen import screen_checkpoint
-from headtrace.store import write_shard
+from headtrace.store import ResultsDir
 from panel_helpers import REVISIONS, local_panel, save_checkpoints
 
 EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 2, 3, 130  # the documented exit codes (docs/reliability.md)
@@ -224,7 +224,7 @@ def test_results_files_follow_the_umask(tmp_path, umask):
     heads = pd.DataFrame({"model": ["m"], "revision": ["r"], "x": [1.0]})
     previous = os.umask(umask)
     try:
-        path = write_shard(tmp_path, heads, heads)
+        path = ResultsDir(tmp_path).write_shard(heads, heads)
     finally:
         os.umask(previous)
     for file in (path, tmp_path / "heads" / path.name):

@@ -14,7 +14,7 @@ import pytest
 
 from headtrace.models import load_tokenizer, smollm2_gguf_path
 from headtrace.screen import ScreenConfig, build_probe, screen
-from headtrace.store import read_results, write_shard
+from headtrace.store import read_results, ResultsDir
 
 pytestmark = pytest.mark.slow  # two screens of 48 sequences (~40 s each on 2 cores) after the ~20 s load
 
@@ -40,7 +40,7 @@ def screens(smollm2, tmp_path_factory):
     ):
         probe = build_probe(config, lambda: load_tokenizer(smollm2_gguf_path()))
         result = screen(smollm2, probe, config, model_name=f"SmolLM2-135M {revision}", revision=revision)
-        write_shard(out, result.heads, result.run)
+        ResultsDir(out).write_shard(result.heads, result.run)
     heads, runs = read_results(out)
     return {r: heads.loc[heads.revision == r].set_index("head_id") for r in ("natural", "synthetic")}, runs, texts
 

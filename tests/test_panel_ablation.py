@@ -12,7 +12,7 @@ from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
 from headtrace.panel import load_panel, run_panel
 from headtrace.screen import build_probe
-from headtrace.store import ABLATIONS, read_ablations, shard_name
+from headtrace.store import ABLATIONS, shard_name, ResultsDir
 from models_zoo import tiny_model
 from panel_helpers import PYTHIA, SCREEN, fake_hub, panel_file, point_hub_env, seed_of
 
@@ -41,7 +41,7 @@ def test_panel_ablates_the_final_revision_then_resumes_and_widens(cache, tmp_pat
     run = run_panel(panel, out)
     final = shard_name(PYTHIA, "step4")
     assert not run.failed and run.to_ablate == [final] and run.ablated == [final] and not run.ablation_failed
-    table = read_ablations(out)
+    table = ResultsDir(out).read_ablations()
     assert set(table.revision) == {"step4"}
 
     # The stored rows are the ablation of exactly that checkpoint (the fake hub serves tiny_model seeds).
@@ -61,7 +61,7 @@ def test_panel_ablates_the_final_revision_then_resumes_and_widens(cache, tmp_pat
     wider = run_panel(ablation_panel(tmp_path, '"all"'), out)
     assert len(wider.skipped) == 3 and not wider.computed and not wider.recomputed
     assert sorted(wider.ablated) == sorted(shard_name(PYTHIA, r) for r in ("step1", "step2"))
-    assert set(read_ablations(out).revision) == {"step1", "step2", "step4"}
+    assert set(ResultsDir(out).read_ablations().revision) == {"step1", "step2", "step4"}
     assert (out / ABLATIONS / final).stat().st_mtime_ns == stamp
 
 

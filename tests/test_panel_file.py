@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from headtrace.cli import app
 from headtrace.errors import HeadtraceError
-from headtrace.panel import AblationSpec, load_panel
+from headtrace.panel import AblationPlan, load_panel
 from headtrace.screen import ScreenConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,8 +104,8 @@ def test_ablation_section_is_validated_and_stored(tmp_path):
             GOOD + '[ablation]\ncircuit = "L2H11,L4H12"\nseeds = 5\nmode = "mean"\nrevisions = ["step1"]\n',
         )
     )
-    assert panel.ablation == AblationSpec(circuit="L2H11,L4H12", seeds=5, mode="mean", revisions=("step1",))
-    assert load_panel(write(tmp_path, GOOD + "[ablation]\n")).ablation == AblationSpec()
+    assert panel.ablation == AblationPlan(circuit="L2H11,L4H12", seeds=5, mode="mean", revisions=("step1",))
+    assert load_panel(write(tmp_path, GOOD + "[ablation]\n")).ablation == AblationPlan()
     with pytest.raises(HeadtraceError, match=r"p\.toml:13: circuit = 'L2-H11' is not one of induction"):
         load_panel(write(tmp_path, GOOD + '[ablation]\nseeds = 3\ncircuit = "L2-H11"\n'))
     with pytest.raises(HeadtraceError, match=r"p\.toml:13: mode = 'ones' is not one of: zero, mean"):

@@ -4,7 +4,6 @@ depend on how the batch is split. (Hub faults, kills and locks are in test_sourc
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ from headtrace.models import ModelAdapter
 from headtrace.panel import load_panel, run_panel
 from headtrace.probes import SyntheticInductionSpec, synthetic_induction
 from headtrace.screen import ScreenConfig, screen
-from headtrace.store import RUNS, read_results, write_shard
+from headtrace.store import RUNS, read_results, ResultsDir
 from models_zoo import tiny_model
 from panel_helpers import REVISIONS, local_panel, save_checkpoints
 
@@ -95,7 +94,7 @@ def test_a_model_screened_with_two_configs_is_refused(tmp_path):
         config = ScreenConfig(n_examples=8, seq_len=48, seed=seed)
         result = screen(adapter, synthetic_induction(SyntheticInductionSpec(n_examples=8, seq_len=48, seed=seed)),
                         config, model_name="m", revision=revision)
-        write_shard(tmp_path, result.heads, result.run)
+        ResultsDir(tmp_path).write_shard(result.heads, result.run)
     with pytest.raises(HeadtraceError, match=r"holds m screened with 2 different configs .*own results directory"):
         read_results(tmp_path)
     result = subprocess.run([sys.executable, "-m", "headtrace", "findings", str(tmp_path)], capture_output=True,

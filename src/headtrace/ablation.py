@@ -208,21 +208,6 @@ def pr_top_circuit(out: str | Path | None, model: str, k: int) -> tuple[tuple[He
             f"time-integrated PR over {n_revisions} revisions in {out}")
 
 
-def stored_screen(out: str | Path | None, model: str, revision: str | None, screen: ScreenConfig) -> pd.DataFrame | None:
-    """The heads table stored under `out` for (model, revision) with this screen config, else None."""
-    from headtrace.store import HEADS, RUNS, shard_name
-
-    if out is None:
-        return None
-    name = shard_name(model, revision or "")
-    heads, run = Path(out) / HEADS / name, Path(out) / RUNS / name
-    if not (heads.is_file() and run.is_file()):
-        return None
-    if str(pd.read_parquet(run, columns=["config_hash"]).config_hash.iloc[0]) != screen.config_hash:
-        return None
-    return pd.read_parquet(heads)
-
-
 # --------------------------------------------------------------------------------------------
 # Conditions.
 
@@ -472,7 +457,7 @@ def resolve_circuit(
     """The circuit's heads and where they came from: a given list, a stored screen under `out`
     (same model, revision and screen config), or a screen run now (stored under `out` if given)."""
     from headtrace.screen import screen
-    from headtrace.store import write_shard
+    from headtrace.store import ResultsDir
 
     name = config.circuit.strip()
     label = f"{model_name}" + (f"@{revision}" if revision else "")
@@ -484,14 +469,14 @@ def resolve_circuit(
         return heads, source
     if name not in CIRCUITS:
         return parse_heads(name, adapter.layout, label or "the model"), "given"
-    heads = stored_screen(out, model_name, revision, screen_config)
+    heads = ResultsDir(out).stored_screen(model_name, revision, screen_config.config_hash) if out else None
     source = "stored screen"
     if heads is None:
         result = screen(adapter, probe, screen_config, model_name=model_name, revision=revision, tokens=tokens,
                         progress=progress)
         heads, source = result.heads, "screened"
         if out is not None:
-            write_shard(out, result.heads, result.run)
+            ResultsDir(out).write_shard(result.heads, result.run)
     circuit = circuit_from_screen(heads, name)
     if not circuit:
         raise HeadtraceError(f"the {name} circuit of {label} is empty (no head passes its screen threshold): nothing "
@@ -523,7 +508,7 @@ def ablate_checkpoint(
     from headtrace.models import load_model, load_tokenizer
     from headtrace.screen import build_probe
     from headtrace.sources import checkpoint_location
-    from headtrace.store import write_ablation
+    from headtrace.store import ResultsDir
 
     config.validate()
     screen_config.validate()
@@ -540,18 +525,5 @@ def ablate_checkpoint(
     result = ablate(adapter, probe, circuit, config, screen_config, name, revision, tokens, progress=progress)
     result.circuit_source = source
     if out is not None:
-        write_ablation(out, result.table)
+        ResultsDir(out).write_ablation(result.table)
     return result
-
-
-def ablation_done(out: str | Path, model: str, revision: str | None, config: AblationConfig,
-                  screen: ScreenConfig) -> bool:
-    """Whether `out` already holds this (model, revision)'s ablation with this config (resume)."""
-    from headtrace.store import ablation_path
-
-    path = ablation_path(out, model, revision)
-    try:
-        stored = pd.read_parquet(path, columns=["config_hash"])
-    except Exception:  # absent, unreadable or from another schema: compute it again
-        return False
-    return len(stored) > 0 and str(stored.config_hash.iloc[0]) == config.config_hash(screen)

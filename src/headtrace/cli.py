@@ -586,7 +586,7 @@ def report(
     with console.status(f"drawing the report of {escape(str(results))}"):
         page = build_report(results, out)
     console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)", highlight=False, markup=False)
-class PanelDisplay:
+class RunProgress:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 
     def __init__(self, progress: Progress, name: str):
@@ -669,7 +669,7 @@ def run(
     columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())
     with on_interrupt(kept), Progress(*columns, console=console) as progress:
-        display = PanelDisplay(progress, spec.name)
+        display = RunProgress(progress, spec.name)
         ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
                          max_retries=max_retries)
         result = run_panel(spec, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch,

@@ -26,7 +26,7 @@ from headtrace.models import load_model, load_tokenizer
 from headtrace.revisions import Revision
 from headtrace.screen import SCHEMA_VERSION, ScreenConfig, build_probe, screen
 from headtrace.sources import ByteProgress, Checkpoint, CheckpointSource
-from headtrace.store import shard_name, write_shard
+from headtrace.store import ResultsDir, shard_name, utc_now
 
 ScreenProgress = Callable[[int, int], None]  # (examples just done, examples in total)
 
@@ -166,10 +166,10 @@ def _screen(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter
         fetch_s=checkpoint.fetch_s,
         load_s=load_s,
         schema_version=SCHEMA_VERSION,
-        finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        finished_at=utc_now(),
     )
     try:
-        write_shard(settings.out, result.heads, run)
+        ResultsDir(settings.out).write_shard(result.heads, run)
     except HeadtraceError as exc:  # the results directory itself failed: no point going on
         return TaskResult(task, error=str(exc), fatal=True)
     return TaskResult(task, run=run.iloc[0].to_dict())

@@ -36,7 +36,6 @@ import os
 import re
 import socket
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -45,7 +44,7 @@ import pandas as pd
 
 from headtrace import __version__
 from headtrace.ablation import CIRCUITS as ABLATION_CIRCUITS
-from headtrace.ablation import AblationConfig, ablation_done
+from headtrace.ablation import AblationConfig
 from headtrace.errors import DiskFull, HeadtraceError
 from headtrace.executors import (
     QuietReporter,
@@ -60,7 +59,7 @@ from headtrace.executors import (
 from headtrace.revisions import select
 from headtrace.screen import SCHEMA_VERSION, ScreenConfig
 from headtrace.sources import CheckpointSource, HubSource, LocalSource, RetryPolicy
-from headtrace.store import HEADS, RUNS, identical_weights, load_results, readable  # noqa: F401 (re-exported)
+from headtrace.store import RUNS, ResultsDir, identical_weights, utc_now, write_json_atomic
 from headtrace.trajectory import check_expectations
 
 if sys.version_info >= (3, 11):
@@ -68,9 +67,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
-LOCK = ".headtrace.lock"
 SOURCES = ("hub", "local", "organism")
 DTYPES = ("float32", "bfloat16", "float16")
 CIRCUITS = tuple(ABLATION_CIRCUITS)
@@ -103,7 +100,7 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
-class AblationSpec:
+class AblationPlan:
     """The `[ablation]` section, validated; the ablation stage reads it from `Panel.ablation`.
 
     circuit: induction | previous-token | sink | a head list like "L2H11,L4H12";
@@ -120,7 +117,7 @@ class Panel:
     name: str
     models: tuple[ModelSpec, ...]
     screen: ScreenConfig
-    ablation: AblationSpec | None = None
+    ablation: AblationPlan | None = None
     retry: RetryPolicy = RetryPolicy()
     path: str | None = None
     sha256: str | None = None
@@ -155,7 +152,7 @@ _MODEL_KEYS = {
     "dtype": "str",
 }
 _ABLATION_KEYS = {
-    f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationSpec)
+    f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationPlan)
 }
 _SCREEN_KEYS = {f.name: str(f.type) for f in dataclasses.fields(ScreenConfig)}
 _DOWNLOAD_KEYS = {f.name: str(f.type) for f in dataclasses.fields(RetryPolicy)}
@@ -316,7 +313,7 @@ def load_panel(path: str | Path) -> Panel:
     ablation = None
     if "ablation" in document:
         values = check.table(document["ablation"], _ABLATION_KEYS, "ablation")
-        ablation = AblationSpec(**values)
+        ablation = AblationPlan(**values)
         check.choice("ablation", "mode", ablation.mode, ("zero", "mean"))
         if ablation.circuit not in CIRCUITS and not _HEAD_LIST.match(ablation.circuit):
             raise check.fail(
@@ -361,8 +358,8 @@ class OutputLock:
     """An exclusive lock on an output directory, held by an OS file lock (released when its process
     dies, so a dead run's lock is taken over); the file records who holds it, for the message."""
 
-    def __init__(self, out: Path):
-        self.path = out / LOCK
+    def __init__(self, out: ResultsDir):
+        self.path = out.lock
         self.previous_owner: dict | None = None  # a dead run's record, when its lock was taken over
         self._fd: int | None = None
 
@@ -386,7 +383,7 @@ class OutputLock:
         record = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "started": _now(),
+            "started": utc_now(),
             "command": " ".join(sys.argv),
         }
         os.ftruncate(fd, 0)
@@ -412,10 +409,6 @@ def _read_owner(fd: int) -> dict | None:
         return None
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
 def _newer(version: str) -> bool:
     from packaging.version import InvalidVersion, Version
 
@@ -425,9 +418,9 @@ def _newer(version: str) -> bool:
         return True
 
 
-def _check_written_by_us(out: Path, runs: pd.DataFrame) -> None:
+def _check_written_by_us(out: ResultsDir, runs: pd.DataFrame) -> None:
     """Refuse a directory that a newer headtrace (or results schema) wrote: we might misread it."""
-    manifest = out / MANIFEST
+    manifest = out.manifest
     if manifest.is_file():
         try:
             document = json.loads(manifest.read_text())
@@ -447,21 +440,6 @@ def _check_written_by_us(out: Path, runs: pd.DataFrame) -> None:
                 f"{row.headtrace_version}, newer than this {__version__}; upgrade headtrace or pick "
                 "another --out"
             )
-
-
-def _existing_runs(out: Path) -> pd.DataFrame:
-    """Every finished shard's run record (empty when there are none). A shard without its heads
-    table, or one whose files cannot be read, does not count: its task runs again and replaces it."""
-    import pyarrow
-
-    frames = []
-    for path in sorted((out / RUNS).glob("*.parquet")) if (out / RUNS).is_dir() else []:
-        try:
-            if readable(out / HEADS / path.name):
-                frames.append(pd.read_parquet(path).assign(shard=path.name))
-        except (OSError, pyarrow.ArrowException):
-            continue
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["shard", "config_hash"])
 
 
 _MANIFEST_COLUMNS = (
@@ -486,14 +464,14 @@ _MANIFEST_COLUMNS = (
 )
 
 
-def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[str, str]) -> None:
+def _write_manifest(out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: dict[str, str]) -> None:
     runs = runs.assign(same_weights_as=identical_weights(runs))
     columns = [c for c in _MANIFEST_COLUMNS if c in runs]
     shards = json.loads(runs[columns + ["shard"]].to_json(orient="records"))
     document = {
         "schema": MANIFEST_SCHEMA,
         "headtrace_version": __version__,
-        "updated_at": _now(),
+        "updated_at": utc_now(),
         "panel": {"name": panel.name, "file": panel.path, "sha256": panel.sha256},
         "config_hash": panel.screen.config_hash,
         "config": panel.screen.to_dict(),
@@ -501,13 +479,10 @@ def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[st
         "shards": shards,
         "failed": [{"task": k, "error": v} for k, v in failed.items()],
     }
-    tmp = out / f".{MANIFEST}.tmp"
     try:
-        tmp.write_text(json.dumps(document, indent=1))
-        os.replace(tmp, out / MANIFEST)
+        write_json_atomic(document, out.manifest)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise DiskFull(f"cannot update '{out / MANIFEST}': {exc.strerror or exc}; free space and re-run the same "
+        raise DiskFull(f"cannot update '{out.manifest}': {exc.strerror or exc}; free space and re-run the same "
                        "command (finished shards are kept)") from None
 
 
@@ -516,7 +491,7 @@ def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[st
 
 
 @dataclass
-class PanelRun:
+class RunOutcome:
     """What a `run_panel` call did."""
 
     out: Path
@@ -543,8 +518,8 @@ def run_panel(
     prefetch: bool = True,
     ray: RayOptions = RayOptions(),
     reporter: Reporter | None = None,
-    on_start: Callable[[PanelRun], None] | None = None,
-) -> PanelRun:
+    on_start: Callable[[RunOutcome], None] | None = None,
+) -> RunOutcome:
     """Screen every (model, revision) of a panel into `out`, skipping shards already done.
 
     All revision names are checked before any work starts. `on_start` sees the plan (what will be
@@ -558,10 +533,11 @@ def run_panel(
     except OSError as exc:
         raise HeadtraceError(f"cannot create output directory '{out}': {exc.strerror or exc}") from None
     reporter = reporter or QuietReporter()
-    with OutputLock(out) as lock:
-        runs = _existing_runs(out)
-        _check_written_by_us(out, runs)
-        result = PanelRun(out=out, planned=tasks, stale_lock=lock.previous_owner)
+    results = ResultsDir(out)
+    with OutputLock(results) as lock:
+        runs = results.existing_runs()
+        _check_written_by_us(results, runs)
+        result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner)
         written = dict(zip(runs.shard, runs.config_hash))
         ablation = ablation_config(panel.ablation)
         targets = ablation_targets(panel, tasks)
@@ -573,8 +549,8 @@ def run_panel(
                 result.skipped.append(task.shard)
             else:
                 (result.recomputed if task.shard in written else result.computed).append(task.shard)
-            ablate = task.shard in targets and not (
-                screened and ablation_done(out, task.source.name, task.revision.name, ablation, config))
+            ablate = task.shard in targets and not (screened and results.stored_ablation_hash(
+                task.source.name, task.revision.name) == ablation.config_hash(config))
             if ablate:
                 result.to_ablate.append(task.shard)
             elif task.shard in targets:
@@ -598,12 +574,12 @@ def run_panel(
             if outcome.ablation_error:
                 result.ablation_failed[outcome.task.label] = outcome.ablation_error
                 reporter.warn(f"{outcome.task.label}: ablation not run: {outcome.ablation_error}")
-            _write_manifest(out, panel, runs, result.failed)
+            _write_manifest(results, panel, runs, result.failed)
             if outcome.fatal:
                 result.stopped_by = f"{outcome.task.label}: {outcome.error}"
                 break
         if not todo:
-            _write_manifest(out, panel, runs, result.failed)
+            _write_manifest(results, panel, runs, result.failed)
     mine = runs[runs.shard.isin({t.shard for t in tasks})]
     result.identical = [
         (r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s
@@ -611,7 +587,7 @@ def run_panel(
     return result
 
 
-def ablation_config(spec: AblationSpec | None) -> AblationConfig | None:
+def ablation_config(spec: AblationPlan | None) -> AblationConfig | None:
     """The ablation stage's config for a panel's `[ablation]` section."""
     return None if spec is None else AblationConfig(circuit=spec.circuit, seeds=spec.seeds, mode=spec.mode)
 

@@ -38,6 +38,7 @@ from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, selectivity_ceilings
 from headtrace.schema import (SCHEMA_VERSION, SELECTIVITY_FLOOR, ScreenConfig, add_labels,  # noqa: F401 (re-exported)
                               head_id, synthetic_spec)
 from headtrace.spectral import GramAccumulator
+from headtrace.store import utc_now
 
 # How the attention channels are read: "logsumexp" from the CPU flash kernel (where it serves),
 # "widened" from widened values (every device), "auto" the first where it works (module docstring).
@@ -425,7 +426,7 @@ def _run_record(adapter, probe, config, heads, capability, model_name, revision,
         "config_hash": config.config_hash,
         "config_json": json.dumps(config.to_dict(), sort_keys=True),
         "wall_s": wall,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "started_at": utc_now(started),
         **_versions(),
     }
     return pd.DataFrame([record])
@@ -473,7 +474,7 @@ def screen_checkpoint(
     """
     from headtrace.models import load_model, load_tokenizer
     from headtrace.sources import checkpoint_location
-    from headtrace.store import write_shard
+    from headtrace.store import ResultsDir
 
     config.validate()
     location, hub_revision, found_tokens = checkpoint_location(model, revision)
@@ -483,5 +484,5 @@ def screen_checkpoint(
     result = screen(adapter, probe, config, model_name=name or model, revision=revision,
                     tokens=found_tokens if tokens is None else tokens, progress=progress)
     if out is not None:
-        write_shard(out, result.heads, result.run)
+        ResultsDir(out).write_shard(result.heads, result.run)
     return result

@@ -58,8 +58,8 @@ import pandas as pd
 
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS, CLASSES
-from headtrace.revisions import parse_revision
 from headtrace.schema import ScreenConfig, add_labels
+from headtrace.store import ResultsDir, training_order, write_parquet_atomic, write_text_atomic, writing_results
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE = "holds", "does not hold", "not measurable"
 SHARP, GRADUAL = "sharp", "gradual"  # F2 is a measurement: its status is the shape ...
@@ -136,15 +136,7 @@ def labelled_heads(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryCon
     score = table["sink_score"].astype(float)
     table["gu_sink"] = pd.array(np.where(score.isna(), None, score > config.gu_sink_epsilon), dtype="boolean")
     table["previous_selective"] = table["sel_previous"] >= config.previous_selective_threshold
-    return _in_training_order(table, ["layer", "head"])
-
-
-def _in_training_order(frame: pd.DataFrame, then: list[str]) -> pd.DataFrame:
-    """Sort by model, tokens, step (for revisions without tokens), revision name, then `then`."""
-    step = frame["revision"].map(lambda name: parse_revision(str(name)).step)
-    ordered = frame.assign(_step=step).sort_values(["model", "tokens", "_step", "revision", *then],
-                                                   na_position="last", kind="stable")
-    return ordered.drop(columns="_step").reset_index(drop=True)
+    return training_order(table, ("layer", "head"))
 
 
 def _class_counts(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -181,7 +173,7 @@ def revision_table(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
         result = result.merge(capability, on=keys, how="left")
     else:
         result = result.assign(**{c: np.nan for c in CAPABILITY + CEILINGS})
-    return _in_training_order(result, [])
+    return training_order(result)
 
 
 def layer_table(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryConfig()) -> pd.DataFrame:
@@ -189,7 +181,7 @@ def layer_table(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryConfig
     table = labelled_heads(heads, config)
     counts = _class_counts(table, ["model", "revision", "layer"])
     tokens = table.groupby(["model", "revision"], sort=False)["tokens"].first().reset_index()
-    return _in_training_order(counts.merge(tokens, on=["model", "revision"]), ["layer"])
+    return training_order(counts.merge(tokens, on=["model", "revision"]), ("layer",))
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,7 +262,7 @@ class Finding:
 
 
 @dataclass
-class ModelPanel:
+class ModelTrajectory:
     """One model's labelled heads and revision rows, revisions in training order."""
 
     name: str
@@ -299,11 +291,11 @@ def tokens_label(tokens: float) -> str:
     return f"{tokens / 1e9:.4g}B" if tokens >= 1e9 else f"{tokens / 1e6:.4g}M"
 
 
-def _at(panel: ModelPanel, i: int | None) -> str:
+def _at(panel: ModelTrajectory, i: int | None) -> str:
     return "never" if i is None else f"{panel.names[i]} ({tokens_label(panel.tokens[i])})"
 
 
-def floor(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F1: sink heads per layer at every revision; the low layers that never have one."""
     floor_layers = list(range(config.floor_layers))
     claim = f"no sink head (first-token >= {config.sink_threshold:g}x) in layers 0-{floor_layers[-1]} at any revision"
@@ -329,7 +321,7 @@ def _largest_rise(values: np.ndarray) -> float:
     return float(np.max(values - np.minimum.accumulate(values)))
 
 
-def shape(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def shape(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F2: the shape of the whole-model sink fraction, `sharp` or `gradual` (a measurement, no verdict)."""
     claim = (f"shape of the sink-fraction trajectory: sharp when the largest adjacent-revision rise is >= "
              f"{config.sharp_share:.0%} of the total rise, else gradual")
@@ -366,7 +358,7 @@ def compare_expected(found: Finding, expected: str | None) -> Finding:
                                numbers=found.numbers | {"expected": expected})
 
 
-def timing(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def timing(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F3: tokens(sink >= 50%) / tokens(induction >= 3 heads), bracketed by the revision grid."""
     sink_spec = _sink_milestone(config.timing_sink_fraction)
     induction_spec = _induction_milestone(config.timing_induction_count, config)
@@ -397,26 +389,26 @@ def timing(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
                    statement + ": the revision grid cannot order the two milestones", numbers)
 
 
-def final_circuit(panel: ModelPanel, config: TrajectoryConfig) -> list[str]:
+def final_circuit(panel: ModelTrajectory, config: TrajectoryConfig) -> list[str]:
     """Heads at or above the induction threshold at the last revision, strongest first."""
     last = panel.wide("sel_induction").iloc[-1]
     return list(last[last >= config.induction_threshold].sort_values(ascending=False, kind="stable").index)
 
 
-def recall(panel: ModelPanel, config: TrajectoryConfig) -> pd.Series:
+def recall(panel: ModelTrajectory, config: TrajectoryConfig) -> pd.Series:
     """Share of the final induction circuit already at or above the threshold, per revision."""
     circuit = final_circuit(panel, config)
     return (panel.wide("sel_induction")[circuit] >= config.induction_threshold).mean(axis=1)
 
 
-def _no_trajectory(panel: ModelPanel, config: TrajectoryConfig) -> str:
+def _no_trajectory(panel: ModelTrajectory, config: TrajectoryConfig) -> str:
     """Why a final-circuit finding cannot be measured: one revision, or no final circuit."""
     if len(panel.names) < 2:
         return ONE_REVISION
     return f"no head at {config.induction_threshold:g}x at the last revision ({panel.names[-1]})"
 
 
-def early_identification(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def early_identification(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F4: recall of the final induction circuit per revision; first revisions at each level."""
     claim = (f"the final induction circuit is identified early: recall >= {config.early_recall:.0%} within the first "
              f"{config.early_share:.0%} of training tokens")
@@ -457,7 +449,7 @@ def pr_elevation(pr: np.ndarray, fraction: float, min_rise: float) -> int | None
     return int(np.flatnonzero(rise >= fraction * top)[0])
 
 
-def _leads(panel: ModelPanel, config: TrajectoryConfig, circuit: list[str], fraction: float
+def _leads(panel: ModelTrajectory, config: TrajectoryConfig, circuit: list[str], fraction: float
            ) -> tuple[dict[str, dict], dict[str, str]]:
     """Per circuit head: its PR elevation vs its crossing (lead in revisions), or why it has none."""
     pr, selectivity = panel.wide("pr"), panel.wide("sel_induction")
@@ -485,7 +477,7 @@ def _lead_verdict(median: float) -> str:
     return HOLDS if median >= 0 else DOES_NOT_HOLD
 
 
-def _sensitivity(panel: ModelPanel, config: TrajectoryConfig, circuit: list[str]) -> dict[float, dict]:
+def _sensitivity(panel: ModelTrajectory, config: TrajectoryConfig, circuit: list[str]) -> dict[float, dict]:
     """Median lead and verdict for each `pr_rise_fraction` of `PR_RISE_RANGE`."""
     rows = {}
     for fraction in PR_RISE_RANGE:
@@ -515,7 +507,7 @@ def _sensitivity_text(rows: dict[float, dict]) -> str:
     return f"{where}: {median_range}; fragile, the verdict flips ({parts})"
 
 
-def spectral_lead(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def spectral_lead(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F5: per final-circuit head, first revision with elevated PR vs first selectivity crossing."""
     claim = (f"PR rises at or before the revision where induction selectivity crosses {config.induction_threshold:g}x "
              f"(median lead >= 0 revisions; elevated = PR >= {config.pr_rise_fraction:g} of its largest rise above "
@@ -545,7 +537,7 @@ def spectral_lead(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
     return Finding("F5", "spectral lead", claim, _lead_verdict(median), statement, numbers)
 
 
-def noise_floor(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def noise_floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F6: null-selectivity p99 per revision and induction heads above it."""
     claim = (f"every induction-circuit head (>= {config.induction_threshold:g}x) lies above its revision's null "
              f"p{config.null_quantile * 100:g}")
@@ -572,13 +564,13 @@ def noise_floor(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
 FINDINGS = (floor, shape, timing, early_identification, spectral_lead, noise_floor)
 
 
-def model_panels(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
-                 config: TrajectoryConfig = TrajectoryConfig()) -> list[ModelPanel]:
+def model_trajectories(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
+                 config: TrajectoryConfig = TrajectoryConfig()) -> list[ModelTrajectory]:
     """Split a panel's tables into per-model panels (labelled under `config`)."""
     table = labelled_heads(heads, config)
     revisions = revision_table(heads, runs, config)
     layers = layer_table(heads, config)
-    return [ModelPanel(str(model), table.loc[table.model == model].reset_index(drop=True),
+    return [ModelTrajectory(str(model), table.loc[table.model == model].reset_index(drop=True),
                        revisions.loc[revisions.model == model].reset_index(drop=True),
                        layers.loc[layers.model == model].reset_index(drop=True))
             for model in revisions["model"].unique()]
@@ -597,7 +589,7 @@ def findings(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
     expect = expect or {}
     check_expectations(expect)
     rows = []
-    for panel in model_panels(heads, runs, config):
+    for panel in model_trajectories(heads, runs, config):
         for compute in FINDINGS:
             found = compute(panel, config)
             if found.code in EXPECTABLE:
@@ -668,12 +660,9 @@ def findings_markdown(table: pd.DataFrame, stones: pd.DataFrame) -> str:
     ]) + "\n"
 
 
-EXPECT_FILE = "expect.json"  # a results directory's expected results, so `findings` and the report agree
-
-
 def read_expectations(results_dir: str | Path) -> dict[str, dict[str, str]]:
     """The expectations stored in DIR/expect.json by `write_findings` (empty when there are none)."""
-    path = Path(results_dir) / EXPECT_FILE
+    path = ResultsDir(results_dir).expect
     if not path.is_file():
         return {}
     try:
@@ -690,16 +679,15 @@ def write_findings(results_dir: str | Path, config: TrajectoryConfig = Trajector
 
     `expect` (a panel's per-model expectations) is stored in DIR/expect.json and used by later calls
     and the report; without it, the stored expectations apply."""
-    from headtrace.store import read_results, write_parquet_atomic
-
     config.validate()
-    out = Path(results_dir)
-    heads, runs = read_results(out)
-    if expect is not None:
-        check_expectations(expect)
-        (out / EXPECT_FILE).write_text(json.dumps(expect, indent=1, sort_keys=True))
-    table = findings(heads, runs, config, read_expectations(out))
-    stones = milestones(revision_table(heads, runs, config), config)
-    write_parquet_atomic(table, out / "findings.parquet")
-    (out / "findings.md").write_text(findings_markdown(table, stones))
+    out = ResultsDir(results_dir)
+    heads, runs = out.read()
+    with writing_results(out.root):
+        if expect is not None:
+            check_expectations(expect)
+            write_text_atomic(json.dumps(expect, indent=1, sort_keys=True), out.expect)
+        table = findings(heads, runs, config, read_expectations(out.root))
+        stones = milestones(revision_table(heads, runs, config), config)
+        write_parquet_atomic(table, out.findings)
+        write_text_atomic(findings_markdown(table, stones), out.findings_md)
     return table

@@ -119,9 +119,9 @@ class DemoCheck:
 
 def check_demo(results: Path, model: str = "organism-dense", onset_selectivity: float = 2.0) -> DemoCheck:
     """Measure a demo run's `DemoCheck` from its stored screens and ablation."""
-    from headtrace.store import read_ablations, read_results
+    from headtrace.store import ResultsDir
 
-    heads, runs = read_results(results)
+    heads, runs = ResultsDir(results).read()
     heads, runs = heads[heads.model == model], runs[runs.model == model].reset_index(drop=True)
     order = list(runs.revision)  # training order
 
@@ -135,7 +135,7 @@ def check_demo(results: Path, model: str = "organism-dense", onset_selectivity: 
     complete_from = members[final_circuit].all(axis=1).to_numpy()
     complete = next((i for i in range(len(order)) if len(final_circuit) and complete_from[i:].all()), None)
     sinks = heads.groupby("revision").sink.sum().reindex(order)
-    ablations = read_ablations(results)
+    ablations = ResultsDir(results).read_ablations()
     ablation = ablations[(ablations.model == model) & (ablations.revision == order[-1])]
     random = ablation[ablation.condition == "random"]
     return DemoCheck(

@@ -20,13 +20,13 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
-from headtrace.report.data import (INDUCTION_MILESTONE, LABEL_ORDER, SINK_MILESTONE, PanelData, TimeAxis,
+from headtrace.report.data import (INDUCTION_MILESTONE, LABEL_ORDER, SINK_MILESTONE, ReportData, TimeAxis,
                                   ablation_summary, finding, grid_revisions, label_grid, model_milestones,
                                   revision_label, sink_curve, sink_layer_matrix, time_axis, timeline,
                                   trajectory_heads)
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.store import slug
-from headtrace.trajectory import ModelPanel, recall, tokens_label
+from headtrace.trajectory import ModelTrajectory, recall, tokens_label
 
 STYLE = {"svg.fonttype": "none", "svg.hashsalt": "headtrace", "font.size": 8.5, "axes.titlesize": 9,
          "legend.fontsize": 7.5, "xtick.labelsize": 7.5, "ytick.labelsize": 7.5, "figure.dpi": 100}
@@ -114,7 +114,7 @@ def _head_tip(row, tokens: float) -> str:
 # Panel-wide figures.
 
 
-def sink_fraction_plot(data: PanelData) -> Plot:
+def sink_fraction_plot(data: ReportData) -> Plot:
     """Sink fraction vs training tokens, one line per model, milestones marked."""
     c = data.config
     levels = ", ".join(f"{f:.0%}" for f in c.sink_fractions)
@@ -178,7 +178,7 @@ def milestone_labels(stones: pd.DataFrame) -> pd.DataFrame:
             .assign(label=lambda f: ">=" + f.threshold + f.unit))
 
 
-def milestones_plot(data: PanelData) -> Plot:
+def milestones_plot(data: ReportData) -> Plot:
     """Induction and sink milestones per model on one token axis, with the F3 ratio."""
     c = data.config
     plot = Plot("milestones", "Milestones: induction circuit vs sink spread", (
@@ -229,7 +229,7 @@ def milestones_plot(data: PanelData) -> Plot:
     return plot
 
 
-def _ratio_arrow(ax: Axes, data: PanelData, model: str, lanes: dict[str, float]) -> None:
+def _ratio_arrow(ax: Axes, data: ReportData, model: str, lanes: dict[str, float]) -> None:
     """F3: an arrow from the induction milestone to the sink milestone, labelled with the ratio."""
     row, numbers = finding(data, model, "F3")
     if "ratio" not in numbers:
@@ -250,7 +250,7 @@ def _ratio_arrow(ax: Axes, data: PanelData, model: str, lanes: dict[str, float])
 # Per-model figures.
 
 
-def sink_layers_plot(data: PanelData, panel: ModelPanel) -> Plot:
+def sink_layers_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Layer x revision heatmap of sink heads per layer; the F1 floor marked."""
     c = data.config
     row, _ = finding(data, panel.name, "F1")
@@ -290,7 +290,7 @@ def sink_layers_plot(data: PanelData, panel: ModelPanel) -> Plot:
     return plot
 
 
-def labels_plot(data: PanelData, panel: ModelPanel) -> Plot:
+def labels_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Layer x head grid of labels, one small panel per revision."""
     c = data.config
     revisions = grid_revisions(panel)
@@ -330,7 +330,7 @@ def labels_plot(data: PanelData, panel: ModelPanel) -> Plot:
     return plot
 
 
-def induction_plot(data: PanelData, panel: ModelPanel) -> Plot:
+def induction_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Induction selectivity of the final circuit's heads, the threshold, and top-1 on a twin axis."""
     c = data.config
     heads, final = trajectory_heads(panel, c)
@@ -377,7 +377,7 @@ def induction_plot(data: PanelData, panel: ModelPanel) -> Plot:
     return plot
 
 
-def spectral_plot(data: PanelData, panel: ModelPanel) -> Plot:
+def spectral_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Per final-circuit head: PR and induction selectivity on one time axis; F5's marks."""
     c = data.config
     row, numbers = finding(data, panel.name, "F5")
@@ -435,7 +435,7 @@ def spectral_plot(data: PanelData, panel: ModelPanel) -> Plot:
     return plot
 
 
-def recall_plot(data: PanelData, panel: ModelPanel) -> Plot:
+def recall_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Recall of the final induction circuit per revision (F4)."""
     c = data.config
     row, numbers = finding(data, panel.name, "F4")
@@ -478,7 +478,7 @@ def recall_plot(data: PanelData, panel: ModelPanel) -> Plot:
 # Ablations.
 
 
-def ablations_plot(data: PanelData) -> Plot:
+def ablations_plot(data: ReportData) -> Plot:
     """Per ablation: the deciding metric under each condition, and the circuit-vs-random differential."""
     plot = Plot("ablations", "Ablations: circuit vs matched-random heads", (
         "One row per ablation (model, revision, circuit, mode). Left: the deciding metric (decided_by: top-1 when "
@@ -525,10 +525,10 @@ def ablations_plot(data: PanelData) -> Plot:
     return plot
 
 
-def panel_plots(data: PanelData) -> list[Plot]:
+def panel_plots(data: ReportData) -> list[Plot]:
     return [sink_fraction_plot(data), milestones_plot(data)]
 
 
-def model_plots(data: PanelData, panel: ModelPanel) -> list[Plot]:
+def model_plots(data: ReportData, panel: ModelTrajectory) -> list[Plot]:
     return [sink_layers_plot(data, panel), labels_plot(data, panel), induction_plot(data, panel),
             spectral_plot(data, panel), recall_plot(data, panel)]
