@@ -23,8 +23,9 @@ from headtrace.ablation import (
 )
 from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
-from headtrace.screen import CapabilityAccumulator, ScreenConfig, build_probe, screen
+from headtrace.hooks import CapabilityAccumulator
 from headtrace.schema import check_heads_exist, parse_circuit
+from headtrace.screen import ScreenConfig, build_probe, screen
 from headtrace.store import ResultsDir
 from induction_model import ID_LOW, INDUCTION_HEAD, PREVIOUS_HEAD, SEQ_LEN, VOCAB, induction_model
 from models_zoo import tiny_model

@@ -28,18 +28,17 @@ def test_widened_values_route_matches_reference(arch, probe, monkeypatch):
     """The route CUDA and MPS take (values widened by the target channels), run on the CPU."""
     import headtrace.screen
 
-    monkeypatch.setattr(headtrace.screen, "READ_LOGSUMEXP", False)
     taken = []
     widened = headtrace.screen._attention_with_widened_values
     monkeypatch.setattr(headtrace.screen, "_attention_with_widened_values",
                         lambda *a, **k: taken.append(1) or widened(*a, **k))
-    check_against_reference(arch, probe)
+    check_against_reference(arch, probe, route="widened")
     assert taken
 
 
-def check_against_reference(arch, probe):
+def check_against_reference(arch, probe, route="auto"):
     model = tiny_model(arch)
-    result = screen(ModelAdapter(model), probe, ScreenConfig.of(batch_size=5))
+    result = screen(ModelAdapter(model), probe, ScreenConfig.of(batch_size=5), route=route)
     ref = naive_screen(model, probe)
     heads = result.heads
     layout = ModelAdapter(model).layout

@@ -16,7 +16,7 @@ Circuits: the screen's all-head sets (`schema.HEAD_SETS`; previous-token is the 
 `pr-top:K` (the K heads of highest time-integrated PR over the revisions stored in the results
 directory, as the study ranked them), or a head list.
 
-Metrics per condition at the query (screen.CapabilityAccumulator): top-1, top-5, loss, mean logit of
+Metrics per condition at the query (hooks.CapabilityAccumulator): top-1, top-5, loss, mean logit of
 the answer. The deciding metric is top-1 when the clean top-1 is at least `MIN_TOP1` (there is room
 to fall), else the loss; `AblationConfig.metric` sets it instead. damage = clean - ablated (top-1)
 or ablated - clean (loss); the differential is damage(circuit) - mean damage(random seeds), with a
@@ -45,10 +45,10 @@ import torch
 
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
+from headtrace.hooks import CapabilityAccumulator, head_output_hooks, micro_batches
 from headtrace.models import HeadLayout, LayerInput, ModelAdapter, head_id
 from headtrace.probes import Probe
 from headtrace.schema import HEAD_SETS, AblationConfig, Head, ScreenConfig, check_heads_exist, parse_circuit
-from headtrace.screen import CapabilityAccumulator, head_output_hooks, micro_batches
 from headtrace.spectral import time_integrated_pr
 
 Progress = Callable[[int, int], None]
