@@ -12,7 +12,8 @@ from models_zoo import tiny_model
 
 from headtrace.models import ModelAdapter
 from headtrace.reference import import_reference
-from headtrace.screen import ScreenConfig, build_probe, screen
+from headtrace.screen import ScreenConfig, screen
+from headtrace.probes import build_probe
 from headtrace.store import HEADS, shard_name, ResultsDir
 
 REFERENCE = Path(__file__).parent / "data" / "reference" / "pythia-1b"
@@ -35,7 +36,7 @@ def reference_results(out: Path) -> Path:
 def tiny_results(out: Path) -> Path:
     """Screen the tiny panel (16 sequences of 64 tokens), leave one shard unfinished, add an ablation."""
     config = ScreenConfig.of(n_examples=16, seq_len=64)
-    probe = build_probe(config, lambda: None)
+    probe = build_probe(config.probe, lambda: None)
     for model, (arch, revisions) in TINY_PANEL.items():
         for revision, seed, tokens in revisions:
             result = screen(ModelAdapter(tiny_model(arch, seed)), probe, config, model_name=model,

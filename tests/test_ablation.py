@@ -25,7 +25,8 @@ from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
 from headtrace.hooks import CapabilityAccumulator
 from headtrace.schema import check_heads_exist, parse_circuit
-from headtrace.screen import ScreenConfig, build_probe, screen
+from headtrace.screen import ScreenConfig, screen
+from headtrace.probes import build_probe
 from headtrace.store import ResultsDir
 from induction_model import ID_LOW, INDUCTION_HEAD, PREVIOUS_HEAD, SEQ_LEN, VOCAB, induction_model
 from models_zoo import tiny_model
@@ -37,7 +38,7 @@ ARCHS = ["gpt2", "gpt_neox", "llama", "olmoe"]
 
 @pytest.fixture(scope="module")
 def small_probe():
-    return build_probe(SMALL, lambda: None)
+    return build_probe(SMALL.probe, lambda: None)
 
 
 def reference_stats(model, probe, hooks=()) -> np.ndarray:
@@ -60,7 +61,7 @@ def reference_stats(model, probe, hooks=()) -> np.ndarray:
 @pytest.fixture(scope="module")
 def induction():
     config = ScreenConfig.of(n_examples=32, seq_len=SEQ_LEN, id_low=ID_LOW, id_high=VOCAB, batch_size=16)
-    probe = build_probe(config, lambda: None)
+    probe = build_probe(config.probe, lambda: None)
     adapter = ModelAdapter(induction_model())
     return adapter, probe, config, screen(adapter, probe, config).heads
 
@@ -272,7 +273,7 @@ def test_stored_table_has_the_report_schema_and_reuses_a_stored_screen(tmp_path)
     path = tmp_path / "ckpt"
     model.save_pretrained(path)
     adapter = ModelAdapter(model)
-    probe = build_probe(SMALL, lambda: None)
+    probe = build_probe(SMALL.probe, lambda: None)
     stored = screen(adapter, probe, SMALL, model_name=str(path), revision="r1")
     stored.heads["sink"] = stored.heads.head_id.isin(["L1H1", "L0H3"])  # a stored screen we can recognise
     ResultsDir(tmp_path / "out").write_shard(stored.heads, stored.run)

@@ -178,7 +178,7 @@ def test_exit_codes_tell_usage_errors_from_failed_work(series, tmp_path):
     assert headtrace("screen", series, "--no-such-option").returncode == EXIT_USAGE
     panel = local_panel(tmp_path, series, REVISIONS[:1], extra='[ablation]\ncircuit = "L7H0"\nseeds = 2\n')
     line = one_line_error(headtrace("run", panel, "--out", tmp_path / "out"), EXIT_FAILED)
-    assert "1 ablations did not run (tiny/neox@step1)" in line
+    assert "ablation did not run for tiny/neox@step1" in line
     assert (tmp_path / "out" / "runs" / "tiny--neox@step1.parquet").is_file()  # the screen itself is kept
 
 

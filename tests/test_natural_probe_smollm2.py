@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from headtrace.models import load_tokenizer, smollm2_gguf_path
-from headtrace.screen import ScreenConfig, build_probe, screen
+from headtrace.screen import ScreenConfig, screen
+from headtrace.probes import build_probe
 from headtrace.store import read_results, ResultsDir
 
 pytestmark = pytest.mark.slow  # two screens of 48 sequences (~40 s each on 2 cores) after the ~20 s load
@@ -38,7 +39,7 @@ def screens(smollm2, tmp_path_factory):
         ("natural", ScreenConfig.of(n_examples=N, seq_len=256, probe="natural", texts=str(texts))),
         ("synthetic", ScreenConfig.of(n_examples=N, seq_len=256)),
     ):
-        probe = build_probe(config, lambda: load_tokenizer(smollm2_gguf_path()))
+        probe = build_probe(config.probe, lambda: load_tokenizer(smollm2_gguf_path()))
         result = screen(smollm2, probe, config, model_name=f"SmolLM2-135M {revision}", revision=revision)
         ResultsDir(out).write_shard(result.heads, result.run)
     heads, runs = read_results(out)

@@ -50,7 +50,7 @@ def test_ray_executor_ablates_like_the_local_executor(ray_cluster, tmp_path):
     screen = SCREEN + '[ablation]\ncircuit = "L1H1,L1H3"\nseeds = 2\nrevisions = "all"\n'
     panel = load_panel(panel_file(tmp_path, {PYTHIA: ["step4", "step8"]}, screen=screen))
     on_ray = run_panel(panel, tmp_path / "ray", executor="ray", ray=RayOptions(cpus_per_task=1, max_retries=1))
-    assert not on_ray.failed and len(on_ray.ablated) == 2 and not on_ray.ablation_failed
+    assert not on_ray.failed and len(on_ray.stages["ablation"].done) == 2 and not on_ray.stages["ablation"].failed
     run_panel(panel, tmp_path / "local", executor="local")
     import pandas as pd
 

@@ -433,7 +433,7 @@ def ablate_checkpoint(
     >>> ablate_checkpoint("EleutherAI/pythia-160m", "step3000").table  # doctest: +SKIP
     """
     from headtrace.models import load_model, load_tokenizer
-    from headtrace.screen import build_probe
+    from headtrace.probes import build_probe
     from headtrace.sources import checkpoint_location
     from headtrace.store import ResultsDir
 
@@ -444,7 +444,7 @@ def ablate_checkpoint(
     adapter = adapter or load_model(location, revision=hub_revision, dtype=screen_config.dtype,
                                     device=screen_config.device, trust_remote_code=trust_remote_code,
                                     cache_dir=cache_dir)
-    probe = probe or build_probe(screen_config,
+    probe = probe or build_probe(screen_config.probe,
                                  lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
     name = name or model
     circuit, source = resolve_circuit(config, adapter, probe, screen_config, name, revision, tokens, out,

@@ -599,8 +599,8 @@ class RunProgress:
         done, todo = len(plan.skipped), len(plan.computed) + len(plan.recomputed)
         console.print(f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
                       + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
-                      + (f", {len(plan.to_ablate)} to ablate" if plan.to_ablate else "")
-                      + (f" ({len(plan.ablations_skipped)} ablations done)" if plan.ablations_skipped else ""))
+                      + "".join(f", {len(t.todo)} to run {name}" + (f" ({len(t.kept)} done)" if t.kept else "")
+                                for name, t in plan.stages.items() if t.todo or t.kept))
         self.done, self.total = done, len(plan.planned)
         self.panel = self.progress.add_task(f"panel {self.name}", total=self.total, completed=done,
                                             info=f"{done}/{self.total} revisions")
@@ -677,18 +677,19 @@ def run(
                       f"weight files as {escape(same)}; the source may serve the wrong checkpoint for one of them "
                       "(cf. Pythia issue #205)", highlight=False)
     console.print(f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
-                  + (f", {len(result.ablated)} ablated" if result.ablated else "")
+                  + "".join(f", {len(t.done)} {name} done" for name, t in result.stages.items() if t.done)
                   + f"); summary: headtrace results {out}", highlight=False, markup=False)
-    for label, error in result.ablation_failed.items():
-        console.print(f"[bold yellow]ablation not run[/] for {escape(label)}: {escape(error)}", highlight=False)
+    for name, tally in result.stages.items():
+        for label, error in tally.failed.items():
+            console.print(f"[bold yellow]{name} not run[/] for {escape(label)}: {escape(error)}", highlight=False)
     if result.stopped_by:
         raise WorkFailed(f"the panel stopped at {result.stopped_by} (re-run the same command once "
                          "that is fixed: finished revisions are kept)")
-    if result.failed or result.ablation_failed:
-        failed = [f"{len(result.failed)} of {len(result.planned)} revisions failed ({', '.join(result.failed)})"
-                  if result.failed else "",
-                  f"{len(result.ablation_failed)} ablations did not run ({', '.join(result.ablation_failed)})"
-                  if result.ablation_failed else ""]
+    failed = [f"{len(result.failed)} of {len(result.planned)} revisions failed ({', '.join(result.failed)})"
+              if result.failed else ""]
+    failed += [f"{name} did not run for {', '.join(t.failed)}"
+               for name, t in result.stages.items() if t.failed]
+    if any(failed):
         raise WorkFailed("; ".join(f for f in failed if f) + "; fix the cause and re-run the same command: "
                          "finished revisions are kept")
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from headtrace.errors import HeadtraceError
+from headtrace.registry import Registry
 
 # Selectivity classes in table order (ties in the best class keep this order).
 CLASSES: tuple[str, ...] = ("induction", "duplicate-token", "previous-token", "first-token", "self", "local")
@@ -36,7 +37,6 @@ SELECTIVITY_FLOOR = 1e-8  # baseline floor in the ratio, as in the reference
 # reference: the study's fixed positions, which may hold an example's own class target (the default);
 # clean: each example's baseline without its own induction and duplicate-token targets.
 BASELINES: tuple[str, ...] = ("reference", "clean")
-PROBE_KINDS: tuple[str, ...] = ("synthetic", "natural")
 
 
 @dataclass(frozen=True)
@@ -214,21 +214,21 @@ class ProbeSpec:
     baseline: str = "reference"  # reference | clean (docs/definitions.md, "The baseline and its ceiling")
 
     def validate(self) -> None:
-        if self.kind not in PROBE_KINDS:
-            raise HeadtraceError(f"unknown probe '{self.kind}'; use {' or '.join(PROBE_KINDS)}")
+        kind = PROBES.get(self.kind)
         if self.n_examples < 1:
             raise HeadtraceError(f"n-examples must be >= 1 (got {self.n_examples})")
         if self.baseline not in BASELINES:
             raise HeadtraceError(f"unknown baseline '{self.baseline}'; use {' or '.join(BASELINES)}")
-        if self.kind == "natural" and not self.texts:
-            raise HeadtraceError("the natural probe needs --texts FILE (a .txt or .jsonl corpus)")
-        if self.kind == "synthetic":
-            if self.seq_len < 2 * 21 + 2:
-                raise HeadtraceError(f"seq-len must be >= 44 so the first pair fits in [20, T/2) (got {self.seq_len})")
-            if self.id_high - self.id_low < 2:
-                raise HeadtraceError(f"id range [{self.id_low}, {self.id_high}) must hold at least 2 ids")
-            if self.id_low < 0:
-                raise HeadtraceError(f"id-low must be >= 0 (got {self.id_low})")
+        kind.check(self)
+
+
+def _check_synthetic(spec: ProbeSpec) -> None:
+    if spec.seq_len < 2 * 21 + 2:
+        raise HeadtraceError(f"seq-len must be >= 44 so the first pair fits in [20, T/2) (got {spec.seq_len})")
+    if spec.id_high - spec.id_low < 2:
+        raise HeadtraceError(f"id range [{spec.id_low}, {spec.id_high}) must hold at least 2 ids")
+    if spec.id_low < 0:
+        raise HeadtraceError(f"id-low must be >= 0 (got {spec.id_low})")
 
 
 def synthetic_induction(spec: ProbeSpec = ProbeSpec(), bos_token_id: int | None = None) -> Probe:
@@ -375,3 +375,52 @@ def read_texts(path: str) -> list[str]:
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise HeadtraceError(f"'{path}' is not JSON lines with a \"text\" field ({exc})") from None
     return [doc.strip() for doc in content.split("\n\n") if doc.strip()]
+
+
+# --------------------------------------------------------------------------------------------
+# The probe registry: `ProbeSpec.kind` names one of these (a panel's `probe = ...`, `--probe`).
+
+TokenizerLoader = Callable[[], object]
+
+
+@dataclass(frozen=True)
+class ProbeKind:
+    """How to build one kind of probe from a spec (the tokenizer is loaded only if `build` calls
+    the loader), and what to check in the spec before any model loads."""
+
+    build: Callable[[ProbeSpec, TokenizerLoader], Probe]
+    check: Callable[[ProbeSpec], None] = lambda spec: None
+    needs_tokenizer: bool = False  # its positions depend on the tokenizer (no ceilings before loading)
+
+
+PROBES: Registry[ProbeKind] = Registry("probe")
+
+
+def _build_synthetic(spec: ProbeSpec, tokenizer_loader: TokenizerLoader) -> Probe:
+    bos = None
+    if spec.prepend_bos:
+        bos = tokenizer_loader().bos_token_id
+        if bos is None:
+            raise HeadtraceError("the tokenizer has no BOS token; drop --prepend-bos")
+    return synthetic_induction(spec, bos)
+
+
+def _build_natural(spec: ProbeSpec, tokenizer_loader: TokenizerLoader) -> Probe:
+    return natural_text_induction(read_texts(spec.texts), tokenizer_loader(), max_len=spec.seq_len,
+                                  max_examples=spec.n_examples, prepend_bos=spec.prepend_bos)
+
+
+def _check_natural(spec: ProbeSpec) -> None:
+    if not spec.texts:
+        raise HeadtraceError("the natural probe needs --texts FILE (a .txt or .jsonl corpus)")
+
+
+PROBES.add("synthetic", ProbeKind(_build_synthetic, _check_synthetic))
+PROBES.add("natural", ProbeKind(_build_natural, _check_natural, needs_tokenizer=True))
+
+
+def build_probe(spec: ProbeSpec, tokenizer_loader: TokenizerLoader) -> Probe:
+    """The probe a spec describes, with its baseline (the tokenizer is loaded only when needed)."""
+    spec.validate()
+    probe = PROBES.get(spec.kind).build(spec, tokenizer_loader)
+    return clean_baseline(probe) if spec.baseline == "clean" else probe

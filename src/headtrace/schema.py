@@ -9,13 +9,14 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
 from headtrace.errors import HeadtraceError
 from headtrace.probes import (BASELINES, CLASS_KEYS, CLASSES, SELECTIVITY_FLOOR,  # noqa: F401 (re-exported)
-                              ProbeSpec, clean_baseline, selectivity_ceilings, synthetic_induction)
+                              PROBES, ProbeSpec, build_probe, selectivity_ceilings)
 
 SCHEMA_VERSION = 1
 
@@ -145,13 +146,11 @@ def ceiling_warnings(config: ScreenConfig, ceilings: dict[str, float]) -> list[s
 
 
 def planned_ceilings(config: ScreenConfig) -> dict[str, float] | None:
-    """The ceilings of a config's synthetic probe, known before any model loads (positions do not
-    depend on the BOS id); None for the natural probe, whose positions need the tokenizer."""
-    spec = config.probe
-    if spec.kind != "synthetic":
+    """The ceilings of a config's probe, known before any model loads where its positions do not
+    depend on the tokenizer (the synthetic probe's do not depend on the BOS id); else None."""
+    if PROBES.get(config.probe.kind).needs_tokenizer:
         return None
-    probe = synthetic_induction(spec, 0 if spec.prepend_bos else None)
-    return selectivity_ceilings(clean_baseline(probe) if spec.baseline == "clean" else probe)
+    return selectivity_ceilings(build_probe(config.probe, lambda: SimpleNamespace(bos_token_id=0)))
 
 
 def ceiling_text(value: float) -> str:

@@ -34,7 +34,7 @@ from headtrace.errors import HeadtraceError
 from headtrace.hooks import (CapabilityAccumulator, accumulation_dtype, attention_function, head_output_hooks,
                              last_layer_at_query_only, micro_batches)
 from headtrace.models import ModelAdapter
-from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, selectivity_ceilings
+from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
 from headtrace.schema import (SCHEMA_VERSION, SELECTIVITY_FLOOR, ScreenConfig, add_labels,  # noqa: F401 (re-exported)
                               head_id)
 from headtrace.spectral import GramAccumulator
@@ -436,24 +436,6 @@ def _run_record(adapter, probe, config, heads, capability, model_name, revision,
 # One checkpoint, end to end: what `headtrace screen` and a notebook call.
 
 
-def build_probe(config: ScreenConfig, tokenizer_loader: Callable[[], object]) -> Probe:
-    """The probe a config describes (the tokenizer is loaded only for BOS or natural text)."""
-    from headtrace.probes import clean_baseline, natural_text_induction, read_texts, synthetic_induction
-
-    spec = config.probe
-    if spec.kind == "natural":
-        probe = natural_text_induction(read_texts(spec.texts), tokenizer_loader(), max_len=spec.seq_len,
-                                       max_examples=spec.n_examples, prepend_bos=spec.prepend_bos)
-    else:
-        bos = None
-        if spec.prepend_bos:
-            bos = tokenizer_loader().bos_token_id
-            if bos is None:
-                raise HeadtraceError("the tokenizer has no BOS token; drop --prepend-bos")
-        probe = synthetic_induction(spec, bos)
-    return clean_baseline(probe) if spec.baseline == "clean" else probe
-
-
 def screen_checkpoint(
     model: str,
     revision: str | None = None,
@@ -481,7 +463,7 @@ def screen_checkpoint(
     location, hub_revision, found_tokens = checkpoint_location(model, revision)
     adapter = load_model(location, revision=hub_revision, dtype=config.dtype, device=config.device,
                          trust_remote_code=trust_remote_code, cache_dir=cache_dir)
-    probe = build_probe(config, lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
+    probe = build_probe(config.probe, lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
     result = screen(adapter, probe, config, model_name=name or model, revision=revision,
                     tokens=found_tokens if tokens is None else tokens, progress=progress)
     if out is not None:

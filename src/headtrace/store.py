@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 import pandas as pd
 import pyarrow
 
-from headtrace.errors import HeadtraceError
+from headtrace.errors import HeadtraceError, ResultsNotWritable
 from headtrace.revisions import parse_revision
 
 HEADS = "heads"
@@ -103,7 +103,7 @@ def writing_results(out_dir: str | Path, option: str = "--out") -> Iterator[None
     try:
         yield
     except OSError as exc:
-        raise HeadtraceError(cannot_write(out_dir, exc, option)) from None
+        raise ResultsNotWritable(cannot_write(out_dir, exc, option)) from None
 
 
 def cannot_write(where: str | Path, exc: OSError, option: str = "--out") -> str:
@@ -274,18 +274,26 @@ class ResultsDir:
             return None
         return read_table(heads)
 
+    def stored_screen_hash(self, model: str, revision: str | None) -> str | None:
+        """The screen config hash of the shard stored for (model, revision), else None."""
+        return _stored_hash(self.run_path(model, revision)) if readable(self.heads_path(model, revision)) else None
+
     def stored_ablation_hash(self, model: str, revision: str | None) -> str | None:
         """The config hash of the ablation stored for (model, revision), else None."""
-        path = self.ablation_path(model, revision)
-        if not readable(path):
-            return None
-        hashes = read_table(path, ["config_hash"]).config_hash
-        return str(hashes.iloc[0]) if len(hashes) else None
+        return _stored_hash(self.ablation_path(model, revision))
 
     def read_ablations(self) -> pd.DataFrame | None:
         """Every ablation condition stored, one row per condition; None when there are none."""
         paths = sorted((self.root / ABLATIONS).glob("*.parquet"))
         return pd.concat([read_table(p) for p in paths], ignore_index=True) if paths else None
+
+
+def _stored_hash(path: Path) -> str | None:
+    """The `config_hash` of a stored table's first row; None when absent or unreadable (compute it again)."""
+    if not readable(path):
+        return None
+    hashes = read_table(path, ["config_hash"]).config_hash
+    return str(hashes.iloc[0]) if len(hashes) else None
 
 
 def check_one_config_per_model(out: Path, runs: pd.DataFrame) -> None:
