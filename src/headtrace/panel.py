@@ -37,6 +37,7 @@ import os
 import re
 import socket
 import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -53,11 +54,6 @@ from headtrace.sources import SOURCES, CheckpointSource, RetryPolicy
 from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
 from headtrace.store import RUNS, ResultsDir, identical_weights, utc_now, write_json_atomic
 from headtrace.trajectory import check_expectations
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 MANIFEST_SCHEMA = 1
 DTYPES = ("float32", "bfloat16", "float16")

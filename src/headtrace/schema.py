@@ -110,15 +110,12 @@ FLAT_TYPES: dict[str, str] = {name: kind for name, (_, _, kind) in _flat_fields(
 
 
 def _file_digest(path: str) -> str:
-    """SHA-256 of a file, read in chunks (hashlib.file_digest needs Python 3.11)."""
-    digest = hashlib.sha256()
+    """SHA-256 of a file (the natural probe's texts: the hash follows their content, not their name)."""
     try:
         with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
+            return hashlib.file_digest(handle, "sha256").hexdigest()
     except OSError as exc:
         raise HeadtraceError(f"cannot read texts file '{path}': {exc.strerror}") from None
-    return digest.hexdigest()
 
 
 # The thresholds that decide a class's membership: the label applies to every class.
