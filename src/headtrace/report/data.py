@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from headtrace.probes import CLASSES
-from headtrace.store import ABLATIONS, HEADS, RUNS, read_ablations, read_results
-from headtrace.trajectory import (ModelPanel, TrajectoryConfig, final_circuit, findings, milestones, model_panels,
+from headtrace.store import ABLATIONS, ResultsDir
+from headtrace.trajectory import (ModelTrajectory, TrajectoryConfig, final_circuit, findings, milestones, model_trajectories,
                                   read_expectations, tokens_label)
 
 LABEL_ORDER: tuple[str, ...] = CLASSES + ("unclassified",)
@@ -25,41 +25,35 @@ FALLBACK_HEADS = 3  # heads drawn when a model has no final circuit
 
 
 @dataclass
-class PanelData:
+class ReportData:
     """One results directory, read once and analysed with trajectory's tables."""
 
     results_dir: Path
     runs: pd.DataFrame
     config: TrajectoryConfig
-    panels: list[ModelPanel]
+    panels: list[ModelTrajectory]
     revisions: pd.DataFrame  # trajectory.revision_table, all models
     milestones: pd.DataFrame
     findings: pd.DataFrame
     ablations: pd.DataFrame | None  # DIR/ablations/*.parquet, one row per condition; None when absent
     unfinished: list[str]  # shards with a heads file but no run record
 
-    def panel(self, model: str) -> ModelPanel:
+    def panel(self, model: str) -> ModelTrajectory:
         return next(p for p in self.panels if p.name == model)
 
 
-def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig()) -> PanelData:
+def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig()) -> ReportData:
     """Read a results directory and compute every table the report draws."""
     config.validate()
     out = Path(results_dir)
-    heads, runs = read_results(out)
-    panels = model_panels(heads, runs, config)
+    results = ResultsDir(out)
+    heads, runs = results.read()
+    panels = model_trajectories(heads, runs, config)
     revisions = pd.concat([p.revisions for p in panels], ignore_index=True)
-    return PanelData(results_dir=out, runs=runs, config=config, panels=panels, revisions=revisions,
+    return ReportData(results_dir=out, runs=runs, config=config, panels=panels, revisions=revisions,
                      milestones=milestones(revisions, config),
                      findings=findings(heads, runs, config, read_expectations(out)),
-                     ablations=read_ablations(out), unfinished=unfinished_shards(out))
-
-
-def unfinished_shards(results_dir: Path) -> list[str]:
-    """Shards whose heads file exists without its run record: being written, or interrupted."""
-    heads = {p.name for p in (results_dir / HEADS).glob("*.parquet")}
-    runs = {p.name for p in (results_dir / RUNS).glob("*.parquet")}
-    return sorted(name.removesuffix(".parquet") for name in heads - runs)
+                     ablations=results.read_ablations(), unfinished=results.unfinished_shards())
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,7 +75,7 @@ class TimeAxis:
         return "training tokens" if self.log else "revision (training order; tokens unknown)"
 
 
-def time_axis(panel: ModelPanel) -> TimeAxis:
+def time_axis(panel: ModelTrajectory) -> TimeAxis:
     tokens = panel.tokens
     if np.isfinite(tokens).all():
         return TimeAxis(tokens, tokens > 0, True, panel.names)
@@ -96,29 +90,29 @@ def revision_label(name: str, tokens: float) -> str:
 # What each figure draws.
 
 
-def sink_curve(panel: ModelPanel) -> pd.DataFrame:
+def sink_curve(panel: ModelTrajectory) -> pd.DataFrame:
     """Per revision: sink heads (first-token >= sink threshold), all heads, and their ratio."""
     return panel.revisions[["revision", "tokens", "screen_sink", "n_heads", "screen_sink_fraction"]]
 
 
-def model_milestones(data: PanelData, model: str, prefix: str) -> pd.DataFrame:
+def model_milestones(data: ReportData, model: str, prefix: str) -> pd.DataFrame:
     """The model's milestones whose name starts with `prefix` (sink fraction / induction)."""
     stones = data.milestones
     return stones.loc[(stones.model == model) & stones.milestone.str.startswith(prefix)].reset_index(drop=True)
 
 
-def sink_layer_matrix(panel: ModelPanel) -> pd.DataFrame:
+def sink_layer_matrix(panel: ModelTrajectory) -> pd.DataFrame:
     """Sink heads per layer: [layer x revision], revisions in training order."""
     return panel.layers.pivot(index="layer", columns="revision", values="screen_sink").reindex(columns=panel.names)
 
 
-def label_grid(panel: ModelPanel, revision: str) -> pd.DataFrame:
+def label_grid(panel: ModelTrajectory, revision: str) -> pd.DataFrame:
     """Each head's label at one revision: [layer x head]."""
     rows = panel.heads.loc[panel.heads.revision == revision]
     return rows.pivot(index="layer", columns="head", values="label")
 
 
-def grid_revisions(panel: ModelPanel, limit: int = MAX_GRID_REVISIONS) -> list[str]:
+def grid_revisions(panel: ModelTrajectory, limit: int = MAX_GRID_REVISIONS) -> list[str]:
     """The revisions given a label-grid panel: all, or `limit` spread over the training order
     (first and last included)."""
     names = panel.names
@@ -127,7 +121,7 @@ def grid_revisions(panel: ModelPanel, limit: int = MAX_GRID_REVISIONS) -> list[s
     return [names[i] for i in np.unique(np.round(np.linspace(0, len(names) - 1, limit)).astype(int))]
 
 
-def trajectory_heads(panel: ModelPanel, config: TrajectoryConfig) -> tuple[list[str], bool]:
+def trajectory_heads(panel: ModelTrajectory, config: TrajectoryConfig) -> tuple[list[str], bool]:
     """The final induction circuit (strongest first) and True; without one, the heads with the highest
     induction selectivity at any revision and False."""
     circuit = final_circuit(panel, config)
@@ -137,13 +131,13 @@ def trajectory_heads(panel: ModelPanel, config: TrajectoryConfig) -> tuple[list[
     return list(peak.sort_values(ascending=False, kind="stable").index[:FALLBACK_HEADS]), False
 
 
-def finding(data: PanelData, model: str, code: str) -> tuple[pd.Series, dict]:
+def finding(data: ReportData, model: str, code: str) -> tuple[pd.Series, dict]:
     """One finding row of a model and its numbers."""
     row = data.findings.loc[(data.findings.model == model) & (data.findings.finding == code)].iloc[0]
     return row, json.loads(row.numbers)
 
 
-def timeline(data: PanelData) -> pd.DataFrame:
+def timeline(data: ReportData) -> pd.DataFrame:
     """Induction and sink milestones per model, with the grid bracket each lies in."""
     stones = data.milestones
     lane = np.select([stones.milestone.str.startswith(INDUCTION_MILESTONE),
@@ -181,7 +175,7 @@ def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
 # What is missing.
 
 
-def panel_gaps(data: PanelData) -> list[str]:
+def panel_gaps(data: ReportData) -> list[str]:
     """What the whole panel lacks, one sentence each."""
     gaps = []
     if data.unfinished:
@@ -198,7 +192,7 @@ def panel_gaps(data: PanelData) -> list[str]:
     return gaps
 
 
-def model_gaps(panel: ModelPanel, config: TrajectoryConfig) -> list[str]:
+def model_gaps(panel: ModelTrajectory, config: TrajectoryConfig) -> list[str]:
     """What one model's results lack for the figures, one sentence each."""
     gaps = []
     revisions = panel.revisions
@@ -218,6 +212,6 @@ def model_gaps(panel: ModelPanel, config: TrajectoryConfig) -> list[str]:
     if panel.heads["sel_null"].isna().all():
         gaps.append("no null selectivity (sel_null): the noise floor (F6) is not measurable")
     if not final_circuit(panel, config):
-        gaps.append(f"no head at {config.induction_threshold:g}x induction selectivity at the last revision: no final "
+        gaps.append(f"no head at {config.thresholds.induction_threshold:g}x induction selectivity at the last revision: no final "
                     "circuit, so recall (F4) is not drawn and the trajectory figure shows the strongest heads")
     return gaps

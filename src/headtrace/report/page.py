@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from headtrace import __version__
-from headtrace.report.data import PanelData, model_gaps, panel_gaps, revision_label
+from headtrace.report.data import ReportData, model_gaps, panel_gaps, revision_label
 from headtrace.report.figures import Plot
 from headtrace.schema import ceiling_text
 from headtrace.store import slug
@@ -83,7 +83,7 @@ def _figure(plot: Plot, svg: str, number: int) -> str:
             f"{_e(plot.caption)}{files}</figcaption></figure>")
 
 
-def _findings(data: PanelData) -> str:
+def _findings(data: ReportData) -> str:
     table = data.findings
     rows = "".join(
         f"<tr><td>{_e(r.model)}</td><td>{_e(r.finding)} {_e(r.title)}</td>"
@@ -94,7 +94,7 @@ def _findings(data: PanelData) -> str:
             f"<tbody>{rows}</tbody></table><h3>Criteria</h3>{_table(criteria)}")
 
 
-def _metadata(data: PanelData) -> str:
+def _metadata(data: ReportData) -> str:
     runs = data.runs
     summary = []
     for model, group in runs.groupby("model", sort=False):
@@ -149,7 +149,7 @@ def _gaps(gaps: list[str]) -> str:
     return '<ul class="gaps">' + "".join(f"<li>{_e(g)}</li>" for g in gaps) + "</ul>" if gaps else ""
 
 
-def page(data: PanelData, overview: list[Plot], per_model: dict[str, list[Plot]], ablation: Plot,
+def page(data: ReportData, overview: list[Plot], per_model: dict[str, list[Plot]], ablation: Plot,
          svgs: dict[str, str]) -> str:
     """The whole page as one HTML string."""
     counter = itertools.count(1)
