@@ -33,8 +33,8 @@ from headtrace.watch import Watcher, revision_name, schedule, training_state_kep
 
 VOCAB, LENGTH, BATCH, STEPS = 64, 48, 4, 12
 WATCHED = [1, 3, 6, 12]
-CONFIG = ScreenConfig(n_examples=16, seq_len=LENGTH - 1, id_low=3, id_high=VOCAB, prepend_bos=True, baseline="clean",
-                      batch_size=8)
+CONFIG = ScreenConfig.of(n_examples=16, seq_len=LENGTH - 1, id_low=3, id_high=VOCAB, prepend_bos=True,
+                         baseline="clean", batch_size=8)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def test_training_with_the_callback_is_bit_identical_to_training_without(watched
 
 
 def test_the_callback_writes_what_screening_the_saved_checkpoints_gives(watched_trainer):
-    tmp, callback, trainer, _ = watched_trainer
+    tmp, _, trainer, _ = watched_trainer
     heads, runs = read_results(tmp / "results")
     names = [revision_name(s) for s in WATCHED]
     assert list(runs.revision) == names and list(runs.step) == WATCHED
@@ -202,7 +202,7 @@ def test_a_custom_loop_with_a_watcher_writes_what_the_callback_writes(tmp_path):
 def test_milestones_save_their_checkpoint_for_the_ablation(tmp_path):
     """save_at_milestones: where a milestone of trajectory.py is first reached, the checkpoint is
     saved into a folder of checkpoints that `headtrace ablate --revision` reads."""
-    config = ScreenConfig(**{**CONFIG.to_dict(), "sink_threshold": 0.0, "induction_threshold": 0.0})
+    config = CONFIG.replace(sink_threshold=0.0, induction_threshold=0.0)
     watch = Watcher(tmp_path / "results", "tiny", config, revisions=[1, 2], save_at_milestones=True,
                     tokenizer=build_tokenizer(VOCAB))
     model = tiny_model()
@@ -239,14 +239,14 @@ def test_the_screen_leaves_training_state_as_it_was():
 def test_bad_settings_fail_before_training(tmp_path):
     model = tiny_model()
     with pytest.raises(HeadtraceError, match="id-high 64"):
-        Watcher(tmp_path, "tiny", ScreenConfig(n_examples=4, seq_len=47, id_low=3, id_high=500),
+        Watcher(tmp_path, "tiny", ScreenConfig.of(n_examples=4, seq_len=47, id_low=3, id_high=500),
                 revisions=[1]).prepare(model)
     with pytest.raises(HeadtraceError, match="give total_steps"):
         Watcher(tmp_path, "tiny", CONFIG, revisions="log:5")
     watch = Watcher(tmp_path / "r", "tiny", CONFIG, revisions=[1])
     watch.screen(model, 1, 10)
     with pytest.raises(HeadtraceError, match="another config"):  # one config per model and folder
-        Watcher(tmp_path / "r", "tiny", ScreenConfig(**{**CONFIG.to_dict(), "seed": 7}), revisions=[1])
+        Watcher(tmp_path / "r", "tiny", CONFIG.replace(seed=7), revisions=[1])
     assert Watcher(tmp_path / "r", "tiny", CONFIG, revisions=[1], rank=1).screen(model, 1) is None  # rank 1 never screens
 
 
@@ -273,7 +273,7 @@ def watched_organism(tmp_path_factory):
 
 
 def test_watched_organism_screens_equal_panel_screens_of_its_checkpoints(watched_organism):
-    tmp, screen, watch, result = watched_organism
+    tmp, screen, _, result = watched_organism
     assert [e["step"] for e in result.screened] == checkpoint_steps(8, 4) == [e["step"] for e in result.checkpoints]
     assert json.loads((tmp / "organisms" / "dense" / "organism.json").read_text())["screened"] == result.screened
     panel = tmp / "demo.toml"
@@ -303,9 +303,9 @@ def test_the_demo_layout_saves_the_final_checkpoint_and_reuses_it(watched_organi
     # A panel over what is saved: the final screen is already there, the ablation runs on it (and
     # finds no circuit in a model this small).
     (tmp_path / "demo.toml").write_text(panel_toml("demo", screen, {"organism-dense": "organisms/dense"},
-                                                   ablation_seeds=2))
+                                                   ablation_draws=2))
     run = run_panel(load_panel(tmp_path / "demo.toml"), tmp_path / "results")
-    assert run.skipped == run.to_ablate == ["organism-dense@step000008.parquet"] and not run.failed
+    assert run.skipped == run.stages["ablation"].todo == ["organism-dense@step000008.parquet"] and not run.failed
     # Without its screens the organism is trained again (the trajectory is not in the checkpoint).
     shutil.rmtree(tmp_path / "results")
     again = train(out, tiny_organism(), watch=watched())
@@ -375,6 +375,6 @@ def test_results_follow_shows_each_revision_as_it_is_screened(watched_organism, 
 
 def test_results_follow_waits_for_a_folder_and_stops_at_its_timeout(tmp_path):
     process = follow(tmp_path / "not-yet", "--timeout", "1")
-    stdout, stderr = process.communicate(timeout=60)
+    stderr = process.communicate(timeout=60)[1]
     assert process.returncode == 0, stderr
     assert "no revisions yet" in stderr and stderr.strip().splitlines()[-1].startswith("stopped following")

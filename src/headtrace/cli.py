@@ -638,7 +638,7 @@ class RunProgress:
         return update
 
     def finished(self, result) -> None:
-        self.done += result.task.screen  # a revision only ablated was counted as done at the start
+        self.done += "screen" in result.task.stages  # a revision whose screen was kept counted as done at the start
         self.progress.update(self.panel, completed=self.done, info=f"{self.done}/{self.total} revisions")
         if result.error:
             message = f"[red]failed[/] {escape(result.task.label)}: {escape(result.error)}"
@@ -764,14 +764,14 @@ def _follow(out: Path, interval: float, timeout: Optional[float]) -> None:
     run record appears (written last, so its heads table is complete); polls the runs folder."""
     import time
 
-    from headtrace.store import HEADS, RUNS, completed_shards, read_table
+    from headtrace.store import HEADS, RUNS, ResultsDir, read_table
 
     shown: set[str] = set()
     started = time.monotonic()
 
     def show_new() -> None:
         runs = out / RUNS
-        fresh = [name for name in completed_shards(out) if name not in shown]
+        fresh = [name for name in ResultsDir(out).completed_shards() if name not in shown]
         # In the order they were written: a training run's revisions in training order.
         for name in sorted(fresh, key=lambda n: ((runs / n).stat().st_mtime_ns, n)):
             try:

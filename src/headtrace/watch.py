@@ -23,7 +23,6 @@ collective). FSDP and DeepSpeed ZeRO-3 shard the parameters, so no rank holds th
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import re
@@ -34,14 +33,15 @@ import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 
 from headtrace.errors import HeadtraceError
+from headtrace.probes import PROBES
 from headtrace.schema import ScreenConfig
-from headtrace.store import RUNS, check_writable, readable, shard_name, slug
+from headtrace.store import ResultsDir, check_writable, slug, write_json_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -203,12 +203,13 @@ class Watcher:
                  revisions: Revisions = "log:24", total_steps: int | None = None, *,
                  save_at_milestones: bool = False, checkpoint_dir: str | Path | None = None,
                  tokenizer=None, rank: int | None = None):
-        _validate(config)
+        config.validate()
         if not model_id or not str(model_id).strip():
             raise HeadtraceError("model_id names the model in the tables: give a non-empty one")
-        if config.probe == "natural" and tokenizer is None:
-            raise HeadtraceError("the natural probe tokenizes text: pass tokenizer= to the watcher")
+        if PROBES.get(config.probe.kind).needs_tokenizer and tokenizer is None:
+            raise HeadtraceError(f"the {config.probe.kind} probe needs a tokenizer: pass tokenizer= to the watcher")
         self.out = Path(out)
+        self.results = ResultsDir(out)
         self.model_id = str(model_id)
         self.config = config
         self.total_steps = total_steps
@@ -253,7 +254,7 @@ class Watcher:
 
     def _prepared(self, adapter) -> ScreenConfig:
         from headtrace.models import check_probe_fits
-        from headtrace.screen import build_probe
+        from headtrace.probes import build_probe
 
         config = _where_model_is(self.config, adapter)
         if config != self._resolved:
@@ -263,10 +264,10 @@ class Watcher:
             bos = getattr(self.tokenizer, "bos_token_id", None) if self.tokenizer is not None else None
             if bos is None:
                 bos = getattr(adapter.config, "bos_token_id", None)
-            if config.prepend_bos and bos is None:
+            if config.probe.prepend_bos and bos is None:
                 raise HeadtraceError("prepend_bos needs a BOS id: the model's config has none; pass tokenizer= to "
                                      "the watcher, or prepend_bos=False")
-            self._probe = build_probe(config, lambda: self.tokenizer or _BosOnly(bos))
+            self._probe = build_probe(config.probe, lambda: self.tokenizer or _BosOnly(bos))
             self._resolved = config
         return config
 
@@ -280,7 +281,7 @@ class Watcher:
         from headtrace.models import ModelAdapter
         from headtrace.schema import SCHEMA_VERSION
         from headtrace.screen import ScreenResult, screen
-        from headtrace.store import write_shard
+        from headtrace.store import utc_now
 
         started = time.perf_counter()
         model = unwrapped(model)
@@ -291,9 +292,8 @@ class Watcher:
             config = self._prepared(adapter)
             result = screen(adapter, self._probe, config, model_name=self.model_id, revision=name, tokens=tokens)
         run = result.run.assign(source="watch", checkpoint_hash=None, downloaded_bytes=0, fetch_s=0.0, load_s=0.0,
-                                schema_version=SCHEMA_VERSION, step=int(step),
-                                finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        write_shard(self.out, result.heads, run)
+                                schema_version=SCHEMA_VERSION, step=int(step), finished_at=utc_now())
+        self.results.write_shard(result.heads, run)
         self.screened.append({"revision": name, "step": int(step), "tokens": tokens})
         if self.save_at_milestones:
             reached = self._new_milestones(result.heads, run)
@@ -304,16 +304,14 @@ class Watcher:
 
     def has_screened(self, revisions: Iterable[str]) -> bool:
         """Whether the results folder holds each of these revisions of this model, with this config."""
-        wanted = {shard_name(self.model_id, r) for r in revisions}
-        hashes = _stored_hashes(self.out, wanted)
-        return len(hashes) == len(wanted) and set(hashes.values()) <= {self.config.config_hash}
+        return all(self.results.stored_screen_hash(self.model_id, r) == self.config.config_hash for r in revisions)
 
     def _check_one_config(self, config: ScreenConfig) -> None:
         """Refuse, before training, a folder that holds this model screened with another config."""
-        runs = self.out / RUNS
         prefix = f"{slug(self.model_id)}@"
-        names = {p.name for p in runs.glob(f"{glob_escape(prefix)}*.parquet")} if runs.is_dir() else set()
-        others = sorted({h for h in _stored_hashes(self.out, names).values() if h != config.config_hash})
+        hashes = {self.results.stored_screen_hash(self.model_id, name.removeprefix(prefix).removesuffix(".parquet"))
+                  for name in self.results.completed_shards() if name.startswith(prefix)}
+        others = sorted(h for h in hashes - {config.config_hash} if h is not None)
         if others:
             raise HeadtraceError(f"'{self.out}' holds {self.model_id} screened with another config ({', '.join(others)}); "
                                  "pick another results folder or model_id, or screen with that config")
@@ -322,12 +320,8 @@ class Watcher:
         """The milestones of trajectory.py reached at this revision and at none before it."""
         from headtrace.trajectory import TrajectoryConfig, milestones, revision_table
 
-        config = self._resolved or self.config
-        thresholds = TrajectoryConfig(label_threshold=config.label_threshold,
-                                      induction_threshold=config.induction_threshold,
-                                      previous_threshold=config.previous_threshold,
-                                      sink_threshold=config.sink_threshold, gu_sink_epsilon=config.gu_sink_epsilon)
-        table = milestones(revision_table(heads, run, thresholds), thresholds)
+        trajectory = TrajectoryConfig(thresholds=(self._resolved or self.config).thresholds)
+        table = milestones(revision_table(heads, run, trajectory), trajectory)
         reached = [m for m, r in zip(table.milestone, table.revision) if isinstance(r, str) and m not in self.milestones]
         revision = str(run.revision.iloc[0])
         self.milestones.update({m: revision for m in reached})
@@ -350,33 +344,7 @@ class Watcher:
             raise
         self.saved = [e for e in self.saved if e["revision"] != name]
         self.saved.append({"revision": name, "step": int(step), "tokens": tokens, "milestones": reached})
-        listing = folder / f".{REVISIONS_FILE}.tmp"
-        listing.write_text(json.dumps(self.saved, indent=1) + "\n")
-        os.replace(listing, folder / REVISIONS_FILE)
-
-
-def _validate(config: ScreenConfig) -> None:
-    """The config and its synthetic probe's shape, checked before any training."""
-    from headtrace.schema import synthetic_spec
-
-    config.validate()
-    if config.probe == "synthetic":
-        synthetic_spec(config, 0 if config.prepend_bos else None).validate()
-
-
-def glob_escape(text: str) -> str:
-    return re.sub(r"([\[\]*?])", r"[\1]", text)
-
-
-def _stored_hashes(out: Path, names: Iterable[str]) -> dict[str, str]:
-    """Config hash of each finished shard among `names` (unreadable ones are left out)."""
-    hashes = {}
-    for name in names:
-        path = out / RUNS / name
-        if path.is_file() and readable(path):
-            value = pd.read_parquet(path, columns=["config_hash"]).config_hash.iloc[0]
-            hashes[name] = str(value)
-    return hashes
+        write_json_atomic(self.saved, folder / REVISIONS_FILE)
 
 
 def _where_model_is(config: ScreenConfig, adapter) -> ScreenConfig:
@@ -389,8 +357,9 @@ def _where_model_is(config: ScreenConfig, adapter) -> ScreenConfig:
 
     device = adapter.device
     stated = config.device if config.device != "auto" else device.type
-    if torch.device(stated).type != device.type:
-        stated = device.type
+    wanted = torch.device(stated)
+    if wanted.type != device.type or wanted.index not in (None, device.index):
+        stated = str(device) if wanted.type == device.type else device.type
     dtype = next((name for name, value in DTYPES.items() if value == adapter.dtype), None)
     if dtype is None:
         raise HeadtraceError(f"the model is in {adapter.dtype}; the screen runs in {', '.join(DTYPES)}")
@@ -402,12 +371,12 @@ def _where_model_is(config: ScreenConfig, adapter) -> ScreenConfig:
 def _rank() -> int:
     """This process's rank under torch.distributed (0 when it is not initialised)."""
     if "torch" not in sys.modules:
-        return int(os.environ.get("RANK", 0))
+        return int(os.environ.get("RANK", "0"))
     import torch.distributed
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank()
-    return int(os.environ.get("RANK", 0))
+    return int(os.environ.get("RANK", "0"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -470,7 +439,7 @@ def _build_callback():
                      config: ScreenConfig = ScreenConfig(), model_id: str | None = None,
                      save_at_milestones: bool = False, checkpoint_dir: str | Path | None = None,
                      tokens_per_step: float | None = None, log_metrics: bool = True):
-            _validate(config)
+            config.validate()
             schedule(revisions, 10**9)  # the syntax, before training (max_steps comes with it)
             if tokens_per_step is not None and tokens_per_step <= 0:
                 raise HeadtraceError(f"tokens_per_step must be positive (got {tokens_per_step})")

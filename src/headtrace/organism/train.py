@@ -262,7 +262,7 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
             loss_drop.saved()
         if watch is not None and (checkpoint or watch.due(step)):
             watch.screen(model, step, tokens)
-            _write_json_atomic(out / ORGANISM_FILE, meta)
+            write_json_atomic(meta, out / ORGANISM_FILE)
         if checkpoint and (save == "all" or step == config.steps):
             meta["complete"] = step == config.steps
             model.eval()
