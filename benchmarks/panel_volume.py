@@ -25,7 +25,7 @@ from transformers import (
 )
 
 COMMON = dict(vocab_size=50304, hidden_size=2048, num_hidden_layers=16, tie_word_embeddings=False)
-MODELS = {  # DESIGN.md section 3: the seed architectures
+MODELS = {  # the study's architectures (docs/reproduce-xu2026.md)
     "EleutherAI/pythia-1b": (
         GPTNeoXForCausalLM,
         GPTNeoXConfig(

@@ -16,7 +16,7 @@ from headtrace.screen import ScreenConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# DESIGN.md section 3, the study's panel.
+# The study's panel (docs/reproduce-xu2026.md).
 STUDY = {
     "EleutherAI/pythia-1b": "step1 step4 step16 step64 step256 step512 step3000 step10000 step38000 "
     "step143000",

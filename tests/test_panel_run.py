@@ -231,3 +231,21 @@ def test_a_corrupt_checkpoint_fails_its_revision_only_and_never_makes_a_shard(hu
         "EleutherAI--pythia-1b@step5000.parquet"
     ]
     assert json.loads((tmp_path / "out" / MANIFEST).read_text())["failed"][0]["task"] == f"{PYTHIA}@step4000"
+
+
+def test_a_panel_that_stops_early_releases_the_download_it_prefetched(hub, cache, tmp_path):
+    """The panel stops after its first task (as on a fatal error); the next revision, downloading in
+    the background, is deleted once its download ends: nothing is left in the cache."""
+    from headtrace.executors import ExecutionOptions, QuietReporter, TaskSettings, run_local
+    from headtrace.panel import plan
+
+    panel = load_panel(panel_file(tmp_path, {PYTHIA: ["step1", "step4"]}))
+    tasks = plan(panel)
+    running = run_local(tasks, TaskSettings(config=panel.screen, out=str(tmp_path / "out")), QuietReporter(),
+                        ExecutionOptions(prefetch=True))
+    assert not next(running).error
+    running.close()  # what the panel's loop does when it breaks
+    deadline = time.monotonic() + 30
+    while cached_weights(cache) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cached_weights(cache) == []

@@ -1,4 +1,4 @@
-"""Probe builders: the synthetic batch reproduces DESIGN.md §2 draw for draw; natural-text probes."""
+"""Probe builders: the synthetic batch reproduces the reference batch (docs/definitions.md) draw for draw; natural-text probes."""
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ from headtrace.probes import (
 
 
 def transcribed_reference(n, T, seed=42, lo=100, hi=10000):
-    """DESIGN.md §2 transcribed literally, one draw at a time."""
+    """The reference batch (docs/definitions.md) transcribed literally, one draw at a time."""
     rng = np.random.RandomState(seed)
     out = []
     for _ in range(n):

@@ -417,11 +417,12 @@ def _print_organism_trajectories(results_dir: Path) -> None:
 
 
 def print_ablation(result) -> None:
-    """The conditions' metrics (matched-random seeds as mean and range), the deciding metric, the
-    differential and the verdict."""
+    """The conditions' metrics (the matched-random draws as mean and 2.5-97.5 percentile range, as
+    the report shows them), the deciding metric, the differential and the verdict."""
     import json
 
     from headtrace.ablation import MIN_TOP1
+    from headtrace.schema import random_draws_summary
 
     table = result.table
     first = table.iloc[0]
@@ -442,9 +443,10 @@ def print_ablation(result) -> None:
         add(row.condition, row.heads or "-", [f"{getattr(row, m):.3f}" for m in metrics])
         if row.condition == "circuit":
             random = table[table.condition == "random"]
-            heads = f"{len(random)} seeds, {int(random.n_ablated.iloc[0])} heads each"
-            add("random (mean)", heads, [f"{random[m].mean():.3f}" for m in metrics])
-            add("random (min-max)", "", [f"{random[m].min():.3f}-{random[m].max():.3f}" for m in metrics])
+            heads = f"{len(random)} draws, {int(random.n_ablated.iloc[0])} heads each"
+            summaries = [random_draws_summary(random[m]) for m in metrics]
+            add("random (mean)", heads, [f"{mean:.3f}" for mean, _, _ in summaries])
+            add("random (2.5-97.5%)", "", [f"{low:.3f}-{high:.3f}" for _, low, high in summaries])
     out_console.print(shown)
     shortfall = int(table.shortfall.max())
     if shortfall:

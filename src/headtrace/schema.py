@@ -268,3 +268,13 @@ class AblationConfig:
     def config_hash(self, screen: ScreenConfig) -> str:
         payload = json.dumps({"ablation": self.to_dict(), "screen": screen.config_hash}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def random_draws_summary(values: np.ndarray) -> tuple[float, float, float]:
+    """A metric over the matched-random draws as the CLI and the report show it: mean, and the
+    2.5-97.5 percentile range (NaN when there are no draws)."""
+    values = np.asarray(values, dtype=float)
+    if not len(values):
+        return np.nan, np.nan, np.nan
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(values.mean()), float(low), float(high)

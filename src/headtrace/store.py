@@ -170,8 +170,12 @@ class ResultsDir:
     def run_path(self, model: str, revision: str | None) -> Path:
         return self.root / RUNS / shard_name(model, revision)
 
+    def table_path(self, folder: str, model: str, revision: str | None) -> Path:
+        """A per-(model, revision) table in a stage's own folder (ablations/, or a stage a user adds)."""
+        return self.root / folder / shard_name(model, revision)
+
     def ablation_path(self, model: str, revision: str | None) -> Path:
-        return self.root / ABLATIONS / shard_name(model, revision)
+        return self.table_path(ABLATIONS, model, revision)
 
     @property
     def manifest(self) -> Path:
@@ -209,12 +213,15 @@ class ResultsDir:
             write_parquet_atomic(run, self.run_path(model, revision))
         return self.run_path(model, revision)
 
-    def write_ablation(self, table: pd.DataFrame) -> Path:
-        """Write one (model, revision) ablation table; returns its path."""
-        path = self.ablation_path(str(table["model"].iloc[0]), str(table["revision"].iloc[0]))
+    def write_table(self, folder: str, table: pd.DataFrame) -> Path:
+        """Write one (model, revision) table of a stage (its `model` and `revision` columns name it)."""
+        path = self.table_path(folder, str(table["model"].iloc[0]), str(table["revision"].iloc[0]))
         with writing_results(self.root):
             write_parquet_atomic(table, path)
         return path
+
+    def write_ablation(self, table: pd.DataFrame) -> Path:
+        return self.write_table(ABLATIONS, table)
 
     # Reading.
 
@@ -282,10 +289,14 @@ class ResultsDir:
         """The config hash of the ablation stored for (model, revision), else None."""
         return _stored_hash(self.ablation_path(model, revision))
 
-    def read_ablations(self) -> pd.DataFrame | None:
-        """Every ablation condition stored, one row per condition; None when there are none."""
-        paths = sorted((self.root / ABLATIONS).glob("*.parquet"))
+    def read_tables(self, folder: str) -> pd.DataFrame | None:
+        """Every (model, revision) table in a stage's folder as one table; None when there are none."""
+        paths = sorted((self.root / folder).glob("*.parquet"))
         return pd.concat([read_table(p) for p in paths], ignore_index=True) if paths else None
+
+    def read_ablations(self) -> pd.DataFrame | None:
+        """Every ablation condition stored, one row per condition."""
+        return self.read_tables(ABLATIONS)
 
 
 def _stored_hash(path: Path) -> str | None:

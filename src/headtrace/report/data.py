@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from headtrace.probes import CLASSES
+from headtrace.schema import random_draws_summary
 from headtrace.store import ABLATIONS, ResultsDir
 from headtrace.trajectory import (ModelTrajectory, TrajectoryConfig, final_circuit, findings, milestones, model_trajectories,
                                   read_expectations, tokens_label)
@@ -148,9 +149,8 @@ def timeline(data: ReportData) -> pd.DataFrame:
 def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
     """One row per ablation (model, revision, circuit, mode): the deciding metric under each
     condition, the matched-random seeds' mean and 2.5-97.5 percentile range, and the stored
-    differential with its interval and verdict.
-
-    The ablation stage (ablation.py) writes these columns; this is the one place that reads them."""
+    differential with its interval and verdict (the matched-random summary is the CLI's too:
+    schema.random_draws_summary)."""
     keys = ["model", "revision", "circuit", "mode"]
     rows = []
     for key, group in ablations.groupby(keys, sort=False):
@@ -159,11 +159,11 @@ def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
         values = {kind: group.loc[group.condition == kind, metric].to_numpy(dtype=float)
                   for kind in ("clean", "circuit", "random", "layers", "single")}
         seeds = values["random"]
-        low, high = np.percentile(seeds, [2.5, 97.5]) if len(seeds) else (np.nan, np.nan)
+        mean, low, high = random_draws_summary(seeds)
         once = {kind: values[kind][0] if len(values[kind]) else np.nan for kind in ("clean", "circuit", "layers")}
         rows.append({**dict(zip(keys, key)), "tokens": first["tokens"], "metric": metric,
                      "circuit_heads": first["circuit_heads"], **once,
-                     "random_mean": seeds.mean() if len(seeds) else np.nan, "random_low": low, "random_high": high,
+                     "random_mean": mean, "random_low": low, "random_high": high,
                      "random_seeds": seeds, "singles": values["single"],
                      "single_heads": list(group.loc[group.condition == "single", "heads"]),
                      "differential": first["differential"], "differential_low": first["differential_low"],
