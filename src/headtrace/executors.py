@@ -22,6 +22,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 from headtrace.ablation import AblationConfig, ablate_checkpoint
 from headtrace.errors import DiskFull, HeadtraceError
+from headtrace.families import tag
 from headtrace.models import load_model, load_tokenizer
 from headtrace.revisions import Revision
 from headtrace.screen import SCHEMA_VERSION, ScreenConfig, build_probe, screen
@@ -98,9 +99,14 @@ class TaskSettings:
     keep_checkpoints: bool = False
     ablation: AblationConfig | None = None
     model_configs: tuple[tuple[str, ScreenConfig], ...] = ()  # per-model screen configs (a panel model's dtype)
+    members: tuple[tuple[str, str, int], ...] = ()  # (model, family, seed) of seed families' members
 
     def config_for(self, model: str) -> ScreenConfig:
         return dict(self.model_configs).get(model, self.config)
+
+    def member(self, model: str) -> tuple[str, int] | None:
+        """A family member's (family, seed); None for a single model."""
+        return next(((family, seed) for name, family, seed in self.members if name == model), None)
 
 
 def fetch(task: Task, reporter: Reporter) -> Checkpoint | TaskResult:
@@ -168,8 +174,11 @@ def _screen(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter
         schema_version=SCHEMA_VERSION,
         finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
+    heads, member = result.heads, settings.member(task.source.name)
+    if member is not None:
+        heads, run = tag(heads, *member), tag(run, *member)
     try:
-        write_shard(settings.out, result.heads, run)
+        write_shard(settings.out, heads, run)
     except HeadtraceError as exc:  # the results directory itself failed: no point going on
         return TaskResult(task, error=str(exc), fatal=True)
     return TaskResult(task, run=run.iloc[0].to_dict())

@@ -15,12 +15,16 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     # tokens_per_step = 4194304          # stepN names of schemes headtrace does not know
     # expect = { F2 = "gradual" }        # expected result of a measurement finding: as expected / differs
     # dtype = "float16"                  # this model's compute dtype (default: the [screen] dtype)
+    # seeds = [1, 2, 3]                  # a seed family: {seed} in id (and path) names each member;
+    # seed0 = "EleutherAI/pythia-160m"   # ... seed0 the hub id of seed 0; family = "name"; organisms:
+    # train = true                       # ... train = true trains those missing, organism = { steps = 600 }
     [ablation]                           # optional: circuit, seeds, mode, revisions
     [download]                           # optional: attempts, backoff_s, max_backoff_s (RetryPolicy)
 
 `run_panel` plans one task per (model, revision), checks every name before any work starts, skips
 shards already written with the same config hash, runs the rest on an executor (executors.py),
-and keeps `DIR/manifest.json` up to date. With an `[ablation]` section, the selected revisions are
+and keeps `DIR/manifest.json` up to date. A seed family's entry expands into one model per seed,
+whose shards carry `family` and `seed` columns (families.py). With an `[ablation]` section, the selected revisions are
 ablated after their screen (the circuit comes from the stored screen) into DIR/ablations/; an
 ablation already stored with the same config is skipped, so a re-run resumes. A lock file stops two runs from sharing a directory.
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
 import os
@@ -57,7 +62,7 @@ from headtrace.executors import (
     run_local,
     run_ray,
 )
-from headtrace.revisions import select
+from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members, train_pending
 from headtrace.screen import SCHEMA_VERSION, ScreenConfig
 from headtrace.sources import CheckpointSource, HubSource, LocalSource, RetryPolicy
 from headtrace.store import HEADS, RUNS, identical_weights, load_results, readable  # noqa: F401 (re-exported)
@@ -92,6 +97,9 @@ class ModelSpec:
     tokens_per_step: float | None = None
     expect: tuple[tuple[str, str], ...] = ()  # (finding, expected result), e.g. (("F2", "gradual"),)
     dtype: str | None = None  # the compute dtype of this model's screens (default: the [screen] dtype)
+    family: str | None = None  # a seed family's name (families.py); None for a single model
+    seed: int | None = None  # the member's training seed
+    organism: object | None = None  # organism.train.Organism to train when its folder lacks it (train = true)
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
     def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
@@ -153,6 +161,11 @@ _MODEL_KEYS = {
     "tokens_per_step": "float",
     "expect": "table",
     "dtype": "str",
+    "seeds": "seeds",
+    "seed0": "str",
+    "family": "str",
+    "train": "bool",
+    "organism": "table",
 }
 _ABLATION_KEYS = {
     f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationSpec)
@@ -206,6 +219,8 @@ _PYTHON_TYPES = {
 def _type_ok(value, kind: str) -> bool:
     if kind == "revisions":
         return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    if kind == "seeds":
+        return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     if isinstance(value, bool):  # TOML booleans are not numbers
         return kind == "bool"
     return isinstance(value, _PYTHON_TYPES[kind])
@@ -221,6 +236,7 @@ _TYPE_NAMES = {
     "table": "a table",
     "tables": "an array of tables ([[models]])",
     "revisions": "a list of names or 'log:N' / 'all'",
+    "seeds": "a list of integers",
 }
 
 
@@ -307,9 +323,10 @@ def load_panel(path: str | Path) -> Panel:
             except HeadtraceError as exc:
                 raise check.fail(table, "expect", str(exc)) from None
             values["expect"] = tuple(sorted(values["expect"].items()))
-        if any(m.id == values["id"] for m in models):
-            raise check.fail(table, "id", f"model '{values['id']}' is listed twice")
-        models.append(ModelSpec(**values, line=check.lines.of(table, "revisions")))
+        fail = functools.partial(check.fail, table)
+        members = expand(values, fail)
+        check_new_members(members, models, fail)
+        models += [ModelSpec(**member, line=check.lines.of(table, "revisions")) for member in members]
     if not models:
         raise check.fail("", "models", "the panel names no models: add a [[models]] table")
 
@@ -343,13 +360,19 @@ def load_panel(path: str | Path) -> Panel:
     )
 
 
-def plan(panel: Panel) -> list[Task]:
-    """One task per (model, revision), every revision checked against the names that exist."""
+def plan(panel: Panel, missing: list[Gap] | None = None, models: Sequence[ModelSpec] | None = None) -> list[Task]:
+    """One task per (model, revision), every revision checked against the names that exist. A seed
+    family's members are resolved together (families.select_members): revisions a member lacks go
+    to `missing`. `models`: plan only these (default: all)."""
     tasks = []
-    for model in panel.models:
-        source = model.checkpoint_source(panel.retry)
-        where = f"{panel.path}:{model.line}: {model.id}" if panel.path else model.id
-        tasks += [Task(source, revision) for revision in select(source.revisions(), model.revisions, where)]
+    for group in groups(panel.models if models is None else models):
+        sources = [model.checkpoint_source(panel.retry) for model in group]
+        name = group[0].family or group[0].id
+        where = f"{panel.path}:{group[0].line}: {name}" if panel.path else name
+        chosen, gaps = select_members(group, [source.revisions() for source in sources], where)
+        tasks += [Task(source, revision) for source, revisions in zip(sources, chosen) for revision in revisions]
+        if missing is not None:
+            missing += gaps
     return tasks
 
 
@@ -486,7 +509,8 @@ _MANIFEST_COLUMNS = (
 )
 
 
-def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[str, str]) -> None:
+def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[str, str],
+                    missing: Sequence[Gap] = ()) -> None:
     runs = runs.assign(same_weights_as=identical_weights(runs))
     columns = [c for c in _MANIFEST_COLUMNS if c in runs]
     shards = json.loads(runs[columns + ["shard"]].to_json(orient="records"))
@@ -500,6 +524,7 @@ def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[st
         "ablation": dataclasses.asdict(panel.ablation) if panel.ablation else None,
         "shards": shards,
         "failed": [{"task": k, "error": v} for k, v in failed.items()],
+        **manifest_entry(panel.models, missing),
     }
     tmp = out / f".{MANIFEST}.tmp"
     try:
@@ -533,6 +558,7 @@ class PanelRun:
     ablations_skipped: list[str] = field(default_factory=list)  # ablations already done with this config
     ablated: list[str] = field(default_factory=list)
     ablation_failed: dict[str, str] = field(default_factory=dict)  # task label -> why its ablation did not run
+    missing: list[Gap] = field(default_factory=list)  # revisions of its family's selection a member lacks
 
 
 def run_panel(
@@ -547,11 +573,14 @@ def run_panel(
 ) -> PanelRun:
     """Screen every (model, revision) of a panel into `out`, skipping shards already done.
 
-    All revision names are checked before any work starts. `on_start` sees the plan (what will be
-    skipped and recomputed) before the first task runs."""
+    All revision names are checked before any work starts; organisms of `train = true` entries are
+    trained first (families.train_pending). `on_start` sees the plan (what will be skipped and
+    recomputed) before the first task runs."""
     if executor not in ("local", "ray"):
         raise HeadtraceError(f"unknown executor '{executor}'; use local or ray")
-    tasks = plan(panel)
+    train_pending(panel)
+    missing: list[Gap] = []
+    tasks = plan(panel, missing)
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -561,7 +590,7 @@ def run_panel(
     with OutputLock(out) as lock:
         runs = _existing_runs(out)
         _check_written_by_us(out, runs)
-        result = PanelRun(out=out, planned=tasks, stale_lock=lock.previous_owner)
+        result = PanelRun(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing)
         written = dict(zip(runs.shard, runs.config_hash))
         ablation = ablation_config(panel.ablation)
         targets = ablation_targets(panel, tasks)
@@ -598,12 +627,12 @@ def run_panel(
             if outcome.ablation_error:
                 result.ablation_failed[outcome.task.label] = outcome.ablation_error
                 reporter.warn(f"{outcome.task.label}: ablation not run: {outcome.ablation_error}")
-            _write_manifest(out, panel, runs, result.failed)
+            _write_manifest(out, panel, runs, result.failed, missing)
             if outcome.fatal:
                 result.stopped_by = f"{outcome.task.label}: {outcome.error}"
                 break
         if not todo:
-            _write_manifest(out, panel, runs, result.failed)
+            _write_manifest(out, panel, runs, result.failed, missing)
     mine = runs[runs.shard.isin({t.shard for t in tasks})]
     result.identical = [
         (r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s
@@ -658,7 +687,8 @@ def _execute(
         return iter(())
     settings = TaskSettings(config=panel.screen, out=str(out), keep_checkpoints=keep,
                             ablation=ablation_config(panel.ablation),
-                            model_configs=tuple((m.id, panel.screen_for(m.id)) for m in panel.models if m.dtype))
+                            model_configs=tuple((m.id, panel.screen_for(m.id)) for m in panel.models if m.dtype),
+                            members=tuple((m.id, m.family, m.seed) for m in panel.models if m.family))
     if executor == "ray":
         return run_ray(tasks, settings, reporter, ray)
     return run_local(tasks, settings, reporter, prefetch=prefetch)

@@ -689,7 +689,9 @@ def write_findings(results_dir: str | Path, config: TrajectoryConfig = Trajector
     """Compute the findings of a results directory; write DIR/findings.parquet and DIR/findings.md.
 
     `expect` (a panel's per-model expectations) is stored in DIR/expect.json and used by later calls
-    and the report; without it, the stored expectations apply."""
+    and the report; without it, the stored expectations apply. Seed families add their rows across
+    seeds (families.with_family_rows)."""
+    from headtrace.families import family_markdown, model_rows, read_gaps, with_family_rows
     from headtrace.store import read_results, write_parquet_atomic
 
     config.validate()
@@ -699,7 +701,8 @@ def write_findings(results_dir: str | Path, config: TrajectoryConfig = Trajector
         check_expectations(expect)
         (out / EXPECT_FILE).write_text(json.dumps(expect, indent=1, sort_keys=True))
     table = findings(heads, runs, config, read_expectations(out))
+    table = with_family_rows(table, heads, runs, config, read_gaps(out))
     stones = milestones(revision_table(heads, runs, config), config)
     write_parquet_atomic(table, out / "findings.parquet")
-    (out / "findings.md").write_text(findings_markdown(table, stones))
+    (out / "findings.md").write_text(findings_markdown(model_rows(table), stones) + family_markdown(table))
     return table
