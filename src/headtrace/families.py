@@ -165,8 +165,8 @@ def organism_for(settings: dict, seed: int | None, fail: Fail) -> "Organism":
                        + (f"; did you mean '{hint[0]}'?" if hint else f"; allowed: {', '.join(fields)}, vary"))
         part, kind = fields[key]
         if not _setting_ok(value, kind):
-            raise fail("organism", f"organism.{key} must be {'a number' if 'float' in kind else 'an ' + kind.split(' |')[0]}"
-                                   f" (got {value!r})")
+            what = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
+            raise fail("organism", f"organism.{key} must be {what[kind.split(' |')[0]]} (got {value!r})")
         parts[part][key] = None if value == 0 and "None" in kind else value
     seed = own_seed if seed is None else seed
     data_seed, init_seed = (seed if vary in ("both", "data") else 0), (seed if vary in ("both", "weights") else 0)
@@ -373,7 +373,8 @@ class Spread:
             return "no seed"
         d = self.as_dict()
         over = f"{self.n}/{of}" if of is not None and of != self.n else str(self.n)
-        return f"{show(d['median'])} [{show(d['low'])}-{show(d['high'])}] ({over} seed{'s' if self.n > 1 else ''})"
+        dash = " to " if d["low"] < 0 else "-"
+        return f"{show(d['median'])} [{show(d['low'])}{dash}{show(d['high'])}] ({over} seed{'s' if self.n > 1 else ''})"
 
 
 def _share(value: float) -> str:
@@ -426,7 +427,7 @@ def _finding_figures(code: str, per: dict[int, tuple[str, dict, str]], config: T
         s = Spread.of(values)
         numbers[name] = s.as_dict()
         if s.n:
-            parts.append(f"{label} {s.text(show, n)}")
+            parts.append(f"{label}: {s.text(show, n)}")
 
     if code == "F1":
         spread("floor_sink_heads", {s: _get(v, "floor_sink_heads") for s, (_, v, _) in per.items()}, _count,
@@ -437,8 +438,8 @@ def _finding_figures(code: str, per: dict[int, tuple[str, dict, str]], config: T
         shapes = Counter(v["verdict"] for _, v, _ in per.values() if "verdict" in v)
         numbers["shapes"] = {shape: shapes.get(shape, 0) for shape in (SHARP, GRADUAL)}
         measured = sum(shapes.values())
-        parts.append(f"sharp in {shapes.get(SHARP, 0)}/{measured}, gradual in {shapes.get(GRADUAL, 0)}/{measured}"
-                     if measured else "no seed's sink fraction rises enough to judge")
+        if measured and any(st in (AS_EXPECTED, DIFFERS) for st, _, _ in per.values()):
+            parts.append(f"sharp in {shapes.get(SHARP, 0)}/{measured}, gradual in {shapes.get(GRADUAL, 0)}/{measured}")
         spread("share", {s: _get(v, "share") for s, (_, v, _) in per.items()}, lambda x: f"{x:.0%}",
                "largest jump's share of the rise")
         spread("jump_to_tokens", {s: _get(v, "jump_to_tokens") for s, (_, v, _) in per.items()}, tokens_label,
@@ -460,7 +461,7 @@ def _finding_figures(code: str, per: dict[int, tuple[str, dict, str]], config: T
             tokens = Spread.of({s: _get(v, "levels", level, "tokens") for s, (_, v, _) in per.items()})
             numbers["levels"][level] = {"share": share.as_dict(), "tokens": tokens.as_dict()}
             if share.n:
-                parts.append(f"recall >= {level} at {share.text(_share, n)} of training")
+                parts.append(f"share of training at recall >= {level}: {share.text(_share, n)}")
     elif code == "F5":
         spread("median_lead_revisions", {s: _get(v, "median_lead_revisions") for s, (_, v, _) in per.items()},
                _count, "median lead (revisions)")
@@ -537,10 +538,11 @@ def _circuit_row(family: str, seeds: dict[int, str], panels: dict[str, ModelPane
                "complete_tokens": complete.as_dict(), "n_seeds": n, "n_with_circuit": with_circuit,
                "missing": [g.as_dict() for g in gaps]}
     where = ", ".join(f"layer {k} in {v['seeds']}/{n} seeds ({v['heads']} heads)" for k, v in layers.items())
-    statement = (f"a final circuit (>= {config.induction_threshold:g}x at the seed's last revision) in {with_circuit}/{n} "
-                 f"seeds, of {size.text(_count, n)} heads" + (f"; {where}" if where else "")
-                 + (f"; {name} at {formed.text(tokens_label, n)}" if formed.n else "")
-                 + (f"; complete at {complete.text(tokens_label, n)}" if complete.n else "")
+    statement = (f"{with_circuit}/{n} seeds have a final circuit (>= {config.induction_threshold:g}x at the seed's last "
+                 f"revision); heads in it: {size.text(_count, n)}" + (f"; {where}" if where else "")
+                 + (f"; {name}: {formed.text(tokens_label, n)}" if formed.n else "")
+                 + (f"; whole final circuit >= {config.induction_threshold:g}x: {complete.text(tokens_label, n)}"
+                    if complete.n else "")
                  + _missing_clause(gaps))
     status = f"circuit in {with_circuit}/{n}" if with_circuit else NOT_MEASURABLE
     return {"family": family, "finding": "circuit", "title": "circuit heads across seeds", "status": status,
@@ -557,10 +559,10 @@ def _milestones_row(family: str, seeds: dict[int, str], stones: pd.DataFrame, ga
     for name, group in mine.groupby("milestone", sort=False):
         tokens = Spread.of({by_model[r.model]: r.tokens for r in group.itertuples()})
         numbers["milestones"][name] = tokens.as_dict() | {"reached": tokens.n}
-        parts.append(f"{name} at {tokens.text(tokens_label, len(seeds))}" if tokens.n
+        parts.append(f"{name}: {tokens.text(tokens_label, len(seeds))}" if tokens.n
                      else f"{name}: no seed reaches it")
     reached = sum(1 for v in numbers["milestones"].values() if v["reached"])
-    status = f"reached {reached}/{len(numbers['milestones'])}" if reached else NOT_MEASURABLE
+    status = f"{reached}/{len(numbers['milestones'])} reached" if reached else NOT_MEASURABLE
     return {"family": family, "finding": "milestones", "title": "milestones across seeds", "status": status,
             "statement": "; ".join(parts) + _missing_clause(gaps),
             "claim": "first revision where each condition holds, per seed (the bracket's upper end)", "numbers": numbers}

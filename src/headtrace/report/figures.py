@@ -210,7 +210,7 @@ def _family_sink_curve(ax: Axes, plot: Plot, data: PanelData, name: str, panels:
         levels = [float(key.split(">= ")[1].rstrip("%")) / 100 for key, _ in stars]
         medians = np.array([v["median"] for _, v in stars])
         ranges = [medians - [v["low"] for _, v in stars], [v["high"] for _, v in stars] - medians]
-        ax.errorbar(medians, levels, xerr=ranges, fmt="none", ecolor=color, elinewidth=1, capsize=2, zorder=3)
+        ax.errorbar(medians, levels, xerr=ranges, fmt="none", ecolor=color, elinewidth=1, capsize=2, zorder=2)
         points = ax.scatter(medians, levels, marker="*", s=110, color=color, edgecolor="k", linewidth=0.5, zorder=4)
         plot.tip(points, [f"{name}: {key}\nmedian at {tokens_label(v['median'])} over {v['reached']}/{n} seeds "
                           f"(range {tokens_label(v['low'])}-{tokens_label(v['high'])})\n"
@@ -692,6 +692,8 @@ def family_circuits_plot(data: PanelData, family: str) -> Plot:
     if median:
         right.axvline(median, color="C3", ls="--", lw=0.9)
     _token_axis(right)
+    right.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: tokens_label(value)
+                                                  if f"{value:.0e}"[0] in "25" else ""))
     right.set_ylim(0, len(seeds))
     plot.figure = fig
     return plot

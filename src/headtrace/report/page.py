@@ -87,6 +87,8 @@ def _figure(plot: Plot, svg: str, number: int) -> str:
 def _families(data: PanelData) -> str:
     """The findings across seeds, one table per family (empty without families)."""
     summary = family_rows(data.findings)
+    if summary.empty:
+        return ""
     parts = []
     for family, rows in summary.groupby("family", sort=False):
         seeds = ", ".join(f"{s} ({m})" for s, m in data.families.get(family, {}).items())
