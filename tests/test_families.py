@@ -489,3 +489,35 @@ def test_a_member_lacking_a_revision_is_reported_and_left_out(tmp_path, monkeypa
     table = write_findings(tmp_path / "out")
     across = table.loc[table.model.isna()]
     assert len(across) == 8 and across.statement.str.contains("seed 2 lacks step8").all()
+
+
+def test_the_shipped_polypythia_panel_is_ten_seeds_with_the_study_settings():
+    panel = load_panel(ROOT / "panels" / "polypythia-160m.toml")
+    study = load_panel(ROOT / "panels" / "xu2026.toml")
+    assert [(m.id, m.seed) for m in panel.models] == [("EleutherAI/pythia-160m", 0)] + [
+        (f"EleutherAI/pythia-160m-seed{s}", s) for s in range(1, 10)]
+    assert {m.family for m in panel.models} == {"EleutherAI/pythia-160m"}
+    assert all(m.revisions == study.models[0].revisions for m in panel.models)
+    assert panel.screen.config_hash == study.screen.config_hash
+
+
+def test_the_findings_command_prints_each_family_across_seeds(planted, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["headtrace", "findings", str(planted)])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert f"{FAMILY} (across seeds)" in printed and "sharp in 3/4" in printed and f"{FAMILY}-s3" in printed
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "2", "--compare"], "--seeds and --compare do not combine"),
+    (["--seeds", "2", "--steps", "0"], "steps must be >= 1"),
+])
+def test_demo_seeds_bad_input_is_one_line_before_any_training(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.setattr(sys, "argv", ["headtrace", "demo", "--out", str(tmp_path / "demo"), *args])
+    with pytest.raises(SystemExit) as done:
+        main()
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert done.value.code == 2 and len(errors) == 1 and message in errors[0]
+    assert not (tmp_path / "demo" / "organisms").exists()

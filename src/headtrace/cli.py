@@ -405,8 +405,9 @@ def _family_demo(out: Path, n_seeds: int, first_seed: int, steps: Optional[int],
         raise HeadtraceError("--seeds and --compare do not combine; run them one at a time")
     started = time.perf_counter()
     paths = DemoPaths(out)
-    corpus = demo_organisms(steps=steps, seed=first_seed)["organism-dense"].corpus
-    screen_config = demo_screen(corpus, n_examples)
+    organism = demo_organisms(steps=steps, seed=first_seed)["organism-dense"]
+    organism.validate()  # before anything is written or trained
+    screen_config = demo_screen(organism.corpus, n_examples)
     screen_config.validate()
     check_writable(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -424,8 +425,7 @@ def _family_demo(out: Path, n_seeds: int, first_seed: int, steps: Optional[int],
         shown.add_column("status", no_wrap=True)
         shown.add_column("statement", ratio=7, overflow="fold")
         for row in rows.itertuples():
-            style = STATUS_STYLE.get(row.status.split(" in ")[0], "")
-            shown.add_row(escape(f"{row.finding} {row.title}"), f"[{style}]{escape(row.status)}[/]", escape(row.statement))
+            shown.add_row(escape(f"{row.finding} {row.title}"), _status(row.status), escape(row.statement))
         out_console.print(shown)
     console.print(f"findings: {escape(str(paths.results / 'findings.md'))}", highlight=False)
     console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
@@ -560,6 +560,12 @@ def ablate(
         console.print(f"results written to {out}/ablations/", highlight=False, markup=False)
 
 
+def _status(status: str) -> str:
+    """A finding's status in its colour; a family's ('holds in 8/9') in its leading outcome's."""
+    style = STATUS_STYLE.get(status.split(" in ")[0])
+    return f"[{style}]{escape(status)}[/]" if style else escape(status)
+
+
 STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim", "sharp": "cyan",
                 "gradual": "cyan", "as expected": "green", "differs": "yellow"}
 
@@ -596,10 +602,8 @@ def findings(
     shown.add_column("status", no_wrap=True)
     shown.add_column("statement", overflow="fold", ratio=6)
     for row in table.itertuples():
-        style = STATUS_STYLE.get(row.status.split(" in ")[0], "")
         model = row.model if isinstance(row.model, str) else f"{row.family} (across seeds)"
-        shown.add_row(escape(model), escape(f"{row.finding} {row.title}"), f"[{style}]{escape(row.status)}[/]",
-                      escape(row.statement))
+        shown.add_row(escape(model), escape(f"{row.finding} {row.title}"), _status(row.status), escape(row.statement))
     out_console.print(shown)
     console.print(f"written: {results / 'findings.parquet'}, {results / 'findings.md'}", highlight=False, markup=False)
 

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 SEED = "{seed}"
 VARY = ("both", "data", "weights")  # what a member's seed sets: data order and init, or one of them
 MANIFEST = "manifest.json"
-FAMILY_FINDINGS = ("circuit", "milestones")  # family rows beyond F1-F6: which heads, and when
 _OUTCOMES = (HOLDS, DOES_NOT_HOLD, SHARP, GRADUAL, AS_EXPECTED, DIFFERS)  # tie order of a family's status
 Fail = Callable[[str | None, str], HeadtraceError]  # (key, message) -> an error naming the panel file and line
 
@@ -338,7 +337,10 @@ def across_seeds(panels: Sequence[ModelPanel], column: str) -> pd.DataFrame:
     grouped = table.groupby("revision", sort=False)
     stats = grouped.agg(tokens=("tokens", "first"), median=(column, "median"), low=(column, "min"),
                         high=(column, "max"), n=(column, "count"))
-    stats["values"] = grouped.apply(lambda g: dict(zip(g.model, g[column].astype(float))), include_groups=False)
+    values: dict[str, dict[str, float]] = {}
+    for row in table.dropna(subset=[column]).itertuples():
+        values.setdefault(row.revision, {})[row.model] = float(getattr(row, column))
+    stats["values"] = [values.get(revision, {}) for revision in stats.index]
     return stats.reset_index().sort_values(["tokens", "revision"], kind="stable", na_position="last").reset_index(
         drop=True)
 

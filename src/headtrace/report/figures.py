@@ -127,8 +127,9 @@ def sink_fraction_plot(data: PanelData) -> Plot:
         f"selectivity >= {c.induction_threshold:g}x). A milestone happened after the revision before it and no later "
         "than the one marked."))
     if data.families:
-        plot.caption += (" A seed family is drawn as its median over seeds (thick), the range over seeds at each "
-                         "revision (band; a seed without that revision is left out of it) and each seed alone (faint); "
+        plot.caption += (" A seed family is drawn as its median over seeds (thick) and the range over seeds (band) at "
+                         "each revision that more than half of its seeds have (a seed without that revision is left "
+                         "out of it, never filled), and each seed alone (faint); "
                          "its stars and dashed lines sit at the median milestone over the seeds that reach it, with "
                          "the range over seeds as a bar or a shaded span.")
     left_out = [p.name for p in data.panels if not time_axis(p).log]
@@ -193,7 +194,7 @@ def _family_sink_curve(ax: Axes, plot: Plot, data: PanelData, name: str, panels:
     if not drawn:
         return
     stats = family_sink_curve(drawn)
-    stats = stats.loc[stats.tokens > 0]
+    stats = stats.loc[(stats.tokens > 0) & (stats.n > len(drawn) / 2)]  # a seed's own checkpoints: its line only
     band = ax.fill_between(stats.tokens, stats.low, stats.high, color=color, alpha=0.18, lw=0, zorder=1)
     plot.tip(band, [f"{name}: band = min-max sink fraction over the seeds that have each revision "
                     f"({len(drawn)} seeds)"])
@@ -691,9 +692,14 @@ def family_circuits_plot(data: PanelData, family: str) -> Plot:
     median = numbers["formed_tokens"]["median"]
     if median:
         right.axvline(median, color="C3", ls="--", lw=0.9)
-    _token_axis(right)
-    right.xaxis.set_minor_formatter(FuncFormatter(lambda value, _: tokens_label(value)
-                                                  if f"{value:.0e}"[0] in "25" else ""))
+    shown = [x for line in right.get_lines() for x in np.atleast_1d(line.get_xdata()) if x > 0]
+    shown += [x for points in right.collections for x, _ in points.get_offsets()]
+    if shown and max(shown) < 10 * min(shown):  # within a decade: a linear axis keeps its labels
+        right.xaxis.set_major_locator(MaxNLocator(5))
+        right.xaxis.set_major_formatter(FuncFormatter(lambda value, _: tokens_label(value)))
+        right.set_xlabel("training tokens")
+    else:
+        _token_axis(right)
     right.set_ylim(0, len(seeds))
     plot.figure = fig
     return plot
