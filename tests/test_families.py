@@ -502,6 +502,7 @@ def test_the_shipped_polypythia_panel_is_ten_seeds_with_the_study_settings():
 
 
 def test_the_findings_command_prints_each_family_across_seeds(planted, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "400")  # no cell wraps
     monkeypatch.setattr(sys, "argv", ["headtrace", "findings", str(planted)])
     with pytest.raises(SystemExit) as done:
         main()
