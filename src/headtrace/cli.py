@@ -424,7 +424,7 @@ def print_ablation(result) -> None:
     metrics = ("top1", "top5", "loss", "mean_logit_answer")
     deciding = metrics.index(first.decided_by)
     shown.columns[2 + deciding].header += "*"
-    shown.caption = "* the deciding metric"
+    shown.caption = "* the deciding metric; 95%: the draws' 2.5-97.5 percentiles"
 
     def add(label: str, heads: str, values) -> None:
         shown.add_row(label, heads, *values)
@@ -438,7 +438,7 @@ def print_ablation(result) -> None:
             heads = f"{len(random)} draws, {int(random.n_ablated.iloc[0])} heads each"
             summaries = [random_draws_summary(random[m]) for m in metrics]
             add("random (mean)", heads, [f"{mean:.3f}" for mean, _, _ in summaries])
-            add("random (2.5-97.5%)", "", [f"{low:.3f}-{high:.3f}" for _, low, high in summaries])
+            add("random (95%)", "", [f"{low:.3f}-{high:.3f}" for _, low, high in summaries])
     out_console.print(shown)
     shortfall = int(table.shortfall.max())
     if shortfall:
@@ -452,7 +452,7 @@ def print_ablation(result) -> None:
     out_console.print(f"deciding metric: {first.decided_by} ({why})", highlight=False)
     out_console.print(
         f"differential ({first.decided_by}; damage(circuit) - damage(random)): {first.differential:+.4f} "
-        f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and seeds) "
+        f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and draws) "
         f"-> [{style}]{first.verdict}[/]   (circuit: {first.circuit_heads}, from {result.circuit_source}; "
         f"{int(first.n_examples)} examples, {result.wall_s:.1f} s)", highlight=False)
 
