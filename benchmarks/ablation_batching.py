@@ -35,7 +35,8 @@ def setup(name: str):
 
 def main() -> None:
     from headtrace.ablation import METRICS, AblationConfig, conditions_for, run_conditions
-    from headtrace.screen import ScreenConfig, build_probe
+    from headtrace.screen import ScreenConfig
+    from headtrace.probes import build_probe
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny", choices=["tiny", "smollm2"])
@@ -47,8 +48,8 @@ def main() -> None:
     args = parser.parse_args()
 
     adapter, circuit = setup(args.model)
-    probe = build_probe(ScreenConfig(n_examples=args.n, seq_len=args.seq_len), lambda: None)
-    conditions = conditions_for(circuit, adapter.layout, AblationConfig(seeds=args.seeds))
+    probe = build_probe(ScreenConfig.of(n_examples=args.n, seq_len=args.seq_len).probe, lambda: None)
+    conditions = conditions_for(circuit, adapter.layout, AblationConfig(draws=args.seeds))
     timings, results = {}, {}
     for label, strategy, stack in [("naive (one full pass per condition)", "naive", 1),
                                    ("replay from the first ablated layer", "replay", 1),

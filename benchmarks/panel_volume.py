@@ -25,7 +25,7 @@ from transformers import (
 )
 
 COMMON = dict(vocab_size=50304, hidden_size=2048, num_hidden_layers=16, tie_word_embeddings=False)
-MODELS = {  # DESIGN.md section 3: the seed architectures
+MODELS = {  # the study's architectures (docs/reproduce-xu2026.md)
     "EleutherAI/pythia-1b": (
         GPTNeoXForCausalLM,
         GPTNeoXConfig(
@@ -80,10 +80,10 @@ def sizes() -> None:
 
 def measure(n_examples: int) -> None:
     from headtrace.models import ModelAdapter
-    from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+    from headtrace.probes import ProbeSpec, synthetic_induction
     from headtrace.screen import ScreenConfig, screen
 
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=n_examples, seq_len=256))
+    probe = synthetic_induction(ProbeSpec(n_examples=n_examples, seq_len=256))
     for name in (
         "EleutherAI/pythia-1b",
         "allenai/OLMo-1B-0724-hf",
@@ -92,7 +92,7 @@ def measure(n_examples: int) -> None:
         config._attn_implementation = "sdpa"
         model = cls(config).eval()
         result = screen(
-            ModelAdapter(model), probe, ScreenConfig(n_examples=n_examples, batch_size=n_examples)
+            ModelAdapter(model), probe, ScreenConfig.of(n_examples=n_examples, batch_size=n_examples)
         )
         seconds = float(result.run.wall_s.iloc[0])
         print(

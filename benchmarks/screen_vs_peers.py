@@ -71,12 +71,12 @@ def build(config: str, n: int, seq_len: int, device: str, dtype: str):
     import torch
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+    from headtrace.probes import ProbeSpec, synthetic_induction
 
     torch.manual_seed(0)
     model = GPTNeoXForCausalLM(GPTNeoXConfig(**CONFIGS[config], attn_implementation="sdpa"))
     model = model.to(device=device, dtype=getattr(torch, dtype)).eval()
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=n, seq_len=seq_len))
+    probe = synthetic_induction(ProbeSpec(n_examples=n, seq_len=seq_len))
     return model, probe
 
 
@@ -99,7 +99,7 @@ def run_headtrace(model, probe, args) -> dict:
     import headtrace.screen
     import torch
 
-    config = ScreenConfig(n_examples=probe.n, seq_len=probe.seq_len, batch_size=args.batch_size,
+    config = ScreenConfig.of(n_examples=probe.n, seq_len=probe.seq_len, batch_size=args.batch_size,
                           dtype=args.dtype, device=args.device)
     stream = headtrace.screen._stream
     if args.device.startswith("cuda"):  # any host sync inside the loop raises

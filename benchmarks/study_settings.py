@@ -36,15 +36,16 @@ def load():
 
 
 def natural(n: int = 64) -> None:
-    from headtrace.screen import ScreenConfig, build_probe, screen
+    from headtrace.screen import ScreenConfig, screen
+    from headtrace.probes import build_probe
 
     adapter, tokenizer = load()
     texts = python_docs_corpus(Path("/tmp/python-docs.jsonl"))
     results = {}
     for probe_kind in ("synthetic", "natural"):
-        config = ScreenConfig(n_examples=n, seq_len=256, probe=probe_kind,
+        config = ScreenConfig.of(n_examples=n, seq_len=256, probe=probe_kind,
                               texts=str(texts) if probe_kind == "natural" else None)
-        probe = build_probe(config, tokenizer)
+        probe = build_probe(config.probe, tokenizer)
         t0 = time.perf_counter()
         results[probe_kind] = screen(adapter, probe, config, model_name="SmolLM2-135M")
         print(f"{probe_kind}: {probe.n} examples, {time.perf_counter() - t0:.0f} s, top-1 "
@@ -66,14 +67,15 @@ def natural(n: int = 64) -> None:
 
 def precision(n: int = 64) -> None:
     from headtrace.models import load_model, smollm2_gguf_path
-    from headtrace.screen import ScreenConfig, build_probe, screen
+    from headtrace.screen import ScreenConfig, screen
+    from headtrace.probes import build_probe
 
     tables = {}
     for dtype in ("float32", "float16"):
         adapter = load_model(smollm2_gguf_path(), dtype=dtype)
-        config = ScreenConfig(n_examples=n, seq_len=256, dtype=dtype)
+        config = ScreenConfig.of(n_examples=n, seq_len=256, dtype=dtype)
         t0 = time.perf_counter()
-        tables[dtype] = screen(adapter, build_probe(config, lambda: None), config).heads.set_index("head_id")
+        tables[dtype] = screen(adapter, build_probe(config.probe, lambda: None), config).heads.set_index("head_id")
         print(f"{dtype}: {time.perf_counter() - t0:.0f} s")
     f32, f16 = tables["float32"], tables["float16"]
     for name, table in tables.items():
@@ -86,14 +88,15 @@ def precision(n: int = 64) -> None:
 
 
 def pr_sample(n: int = 256, k: int = 64) -> None:
-    from headtrace.screen import ScreenConfig, build_probe, screen
+    from headtrace.screen import ScreenConfig, screen
+    from headtrace.probes import build_probe
 
     adapter, _ = load()
     prs = {}
     for pr_examples in (None, k):
-        config = ScreenConfig(n_examples=n, seq_len=256, pr_examples=pr_examples)
+        config = ScreenConfig.of(n_examples=n, seq_len=256, pr_examples=pr_examples)
         t0 = time.perf_counter()
-        prs[pr_examples] = screen(adapter, build_probe(config, lambda: None), config).heads.set_index("head_id").pr
+        prs[pr_examples] = screen(adapter, build_probe(config.probe, lambda: None), config).heads.set_index("head_id").pr
         print(f"pr_examples={pr_examples}: {time.perf_counter() - t0:.0f} s")
     full, part = prs[None], prs[k]
     rel = (part / full - 1).abs()
@@ -104,14 +107,15 @@ def pr_sample(n: int = 256, k: int = 64) -> None:
 
 def metric(n: int = 64) -> None:
     from headtrace.ablation import AblationConfig, ablate
-    from headtrace.screen import ScreenConfig, build_probe
+    from headtrace.screen import ScreenConfig
+    from headtrace.probes import build_probe
 
     adapter, _ = load()
-    config = ScreenConfig(n_examples=n, seq_len=256)
-    probe = build_probe(config, lambda: None)
+    config = ScreenConfig.of(n_examples=n, seq_len=256)
+    probe = build_probe(config.probe, lambda: None)
     circuit = ((17, 3), (17, 4), (17, 5), (18, 6), (18, 7), (18, 8))  # the synthetic batch's circuit (>= 50x)
     for deciding in ("top1", "auto"):
-        ablation = AblationConfig(seeds=3, singles=False, n_bootstrap=1000, metric=deciding)
+        ablation = AblationConfig(draws=3, singles=False, n_bootstrap=1000, metric=deciding)
         first = ablate(adapter, probe, circuit, ablation, config, "SmolLM2-135M").table.iloc[0]
         print(f"--metric {deciding}: decided by {first.decided_by}, differential {first.differential:+.4f} "
               f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] -> {first.verdict}")

@@ -12,7 +12,7 @@ dims only.
   (B) into the token dims, where the unembedding reads it.
 - Every other head has zero weights: it attends uniformly and writes nothing.
 
-The matching probe: ScreenConfig(seq_len=SEQ_LEN, id_low=ID_LOW, id_high=VOCAB).
+The matching probe: ScreenConfig.of(seq_len=SEQ_LEN, id_low=ID_LOW, id_high=VOCAB).
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ from models_zoo import tiny_model
 
 from headtrace.models import ModelAdapter
 from headtrace.reference import import_reference
-from headtrace.screen import ScreenConfig, build_probe, screen
-from headtrace.store import HEADS, shard_name, write_shard
+from headtrace.screen import ScreenConfig, screen
+from headtrace.probes import build_probe
+from headtrace.store import HEADS, shard_name, ResultsDir
 
 REFERENCE = Path(__file__).parent / "data" / "reference" / "pythia-1b"
 PYTHIA = "EleutherAI/pythia-1b"
@@ -34,13 +35,13 @@ def reference_results(out: Path) -> Path:
 
 def tiny_results(out: Path) -> Path:
     """Screen the tiny panel (16 sequences of 64 tokens), leave one shard unfinished, add an ablation."""
-    config = ScreenConfig(n_examples=16, seq_len=64)
-    probe = build_probe(config, lambda: None)
+    config = ScreenConfig.of(n_examples=16, seq_len=64)
+    probe = build_probe(config.probe, lambda: None)
     for model, (arch, revisions) in TINY_PANEL.items():
         for revision, seed, tokens in revisions:
             result = screen(ModelAdapter(tiny_model(arch, seed)), probe, config, model_name=model,
                             revision=revision, tokens=tokens)
-            write_shard(out, result.heads, result.run)
+            ResultsDir(out).write_shard(result.heads, result.run)
     model, revision = UNFINISHED
     shutil.copy(out / HEADS / shard_name(model, "seed2"), out / HEADS / shard_name(model, revision))
     write_ablation_rows(out, ablation_rows(*ABLATED))

@@ -15,29 +15,30 @@ from headtrace.ablation import (
     Condition,
     ablate,
     ablate_checkpoint,
-    ablation_done,
     circuit_from_screen,
     conditions_for,
     differential,
     matched_random,
-    parse_heads,
     run_conditions,
 )
 from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
-from headtrace.screen import CapabilityAccumulator, ScreenConfig, build_probe, screen
-from headtrace.store import ablation_path, read_ablations, write_shard
+from headtrace.hooks import CapabilityAccumulator
+from headtrace.schema import check_heads_exist, parse_circuit
+from headtrace.screen import ScreenConfig, screen
+from headtrace.probes import build_probe
+from headtrace.store import ResultsDir
 from induction_model import ID_LOW, INDUCTION_HEAD, PREVIOUS_HEAD, SEQ_LEN, VOCAB, induction_model
 from models_zoo import tiny_model
 from report_panels import ablation_rows
 
-SMALL = ScreenConfig(n_examples=12, seq_len=48, batch_size=4)
+SMALL = ScreenConfig.of(n_examples=12, seq_len=48, batch_size=4)
 ARCHS = ["gpt2", "gpt_neox", "llama", "olmoe"]
 
 
 @pytest.fixture(scope="module")
 def small_probe():
-    return build_probe(SMALL, lambda: None)
+    return build_probe(SMALL.probe, lambda: None)
 
 
 def reference_stats(model, probe, hooks=()) -> np.ndarray:
@@ -59,8 +60,8 @@ def reference_stats(model, probe, hooks=()) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def induction():
-    config = ScreenConfig(n_examples=32, seq_len=SEQ_LEN, id_low=ID_LOW, id_high=VOCAB, batch_size=16)
-    probe = build_probe(config, lambda: None)
+    config = ScreenConfig.of(n_examples=32, seq_len=SEQ_LEN, id_low=ID_LOW, id_high=VOCAB, batch_size=16)
+    probe = build_probe(config.probe, lambda: None)
     adapter = ModelAdapter(induction_model())
     return adapter, probe, config, screen(adapter, probe, config).heads
 
@@ -79,7 +80,7 @@ def test_screen_finds_exactly_the_hand_set_heads(induction):
 def test_ablating_the_circuit_kills_induction_and_random_heads_do_not(induction, circuit):
     adapter, probe, config, heads = induction
     result = ablate(adapter, probe, circuit_from_screen(heads, circuit),
-                    AblationConfig(circuit=circuit, seeds=4, n_bootstrap=200), config)
+                    AblationConfig(circuit=circuit, draws=4, n_bootstrap=200), config)
     table = result.table.set_index("condition")
     assert table.loc["clean", "top1"] > 0.9
     assert table.loc["circuit", "top1"] <= 0.05
@@ -169,7 +170,7 @@ def test_mean_mode_replaces_a_head_by_its_mean_output(arch, small_probe):
 
 def test_replay_and_stacking_equal_one_pass_per_condition(small_probe):
     adapter = ModelAdapter(tiny_model("gpt_neox"))
-    conditions = conditions_for(((1, 0), (1, 3)), adapter.layout, AblationConfig(seeds=3))
+    conditions = conditions_for(((1, 0), (1, 3)), adapter.layout, AblationConfig(draws=3))
     fast = run_conditions(adapter, small_probe, conditions, mode="mean", batch_size=5, stack=4)
     naive = run_conditions(adapter, small_probe, conditions, mode="mean", batch_size=5, strategy="naive")
     np.testing.assert_allclose(fast, naive, rtol=1e-5, atol=1e-5)
@@ -192,18 +193,17 @@ def test_replay_and_stacking_equal_one_pass_per_condition(small_probe):
 def test_bad_circuit_strings(text, message):
     layout = ModelAdapter(tiny_model("llama")).layout
     with pytest.raises(HeadtraceError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        parse_heads(text, layout, "tiny")
+        check_heads_exist(parse_circuit(text).heads, layout.n_layers, layout.n_heads, "tiny")
 
 
 def test_head_lists_parse_sorted_and_deduplicated():
-    layout = ModelAdapter(tiny_model("llama")).layout
-    assert parse_heads("L1H3, L0H2,L1H3", layout) == ((0, 2), (1, 3))
+    assert parse_circuit("L1H3, L0H2,L1H3").heads == ((0, 2), (1, 3))
 
 
 def test_matched_random_sets_and_shortfall():
     layout = ModelAdapter(tiny_model("llama")).layout  # 2 layers x 4 heads
     circuit = ((0, 1), (1, 0), (1, 2))
-    conditions = conditions_for(circuit, layout, AblationConfig(seeds=6))
+    conditions = conditions_for(circuit, layout, AblationConfig(draws=6))
     assert [c.kind for c in conditions] == ["clean", "circuit"] + ["random"] * 6 + ["layers"] + ["single"] * 3
     for c in conditions[2:8]:
         assert not set(c.heads) & set(circuit) and c.shortfall == 0
@@ -217,7 +217,7 @@ def test_matched_random_sets_and_shortfall():
 
 def test_shortfall_is_stored(small_probe):
     adapter = ModelAdapter(tiny_model("gpt2"))
-    table = ablate(adapter, small_probe, ((1, 0), (1, 1), (1, 2)), AblationConfig(seeds=2, n_bootstrap=50),
+    table = ablate(adapter, small_probe, ((1, 0), (1, 1), (1, 2)), AblationConfig(draws=2, n_bootstrap=50),
                    SMALL).table
     random = table[table.condition == "random"]
     assert list(random.shortfall) == [2, 2] and list(random.heads) == ["L1H3", "L1H3"]
@@ -235,7 +235,7 @@ def test_empty_circuit_is_an_error():
 
 def test_same_seed_same_table_and_another_seed_other_draws(small_probe):
     adapter = ModelAdapter(tiny_model("llama"))
-    config = AblationConfig(seeds=3, n_bootstrap=100)
+    config = AblationConfig(draws=3, n_bootstrap=100)
     first = ablate(adapter, small_probe, ((1, 1),), config, SMALL, "tiny", "r1").table
     again = ablate(adapter, small_probe, ((1, 1),), config, SMALL, "tiny", "r1").table
     pd.testing.assert_frame_equal(first, again, check_exact=True)
@@ -273,22 +273,22 @@ def test_stored_table_has_the_report_schema_and_reuses_a_stored_screen(tmp_path)
     path = tmp_path / "ckpt"
     model.save_pretrained(path)
     adapter = ModelAdapter(model)
-    probe = build_probe(SMALL, lambda: None)
+    probe = build_probe(SMALL.probe, lambda: None)
     stored = screen(adapter, probe, SMALL, model_name=str(path), revision="r1")
     stored.heads["sink"] = stored.heads.head_id.isin(["L1H1", "L0H3"])  # a stored screen we can recognise
-    write_shard(tmp_path / "out", stored.heads, stored.run)
-    config = AblationConfig(circuit="sink", seeds=3, n_bootstrap=100)
+    ResultsDir(tmp_path / "out").write_shard(stored.heads, stored.run)
+    config = AblationConfig(circuit="sink", draws=3, n_bootstrap=100)
     result = ablate_checkpoint(str(path), "r1", SMALL, config, out=tmp_path / "out", adapter=adapter)
     assert result.circuit_source == "stored screen"
-    table = read_ablations(tmp_path / "out")
+    table = ResultsDir(tmp_path / "out").read_ablations()
     assert set(ablation_rows("m", "r", 1.0).columns) <= set(table.columns)
     assert table.circuit_heads[0] == "L0H3,L1H1" and table.circuit[0] == "sink"
     assert list(table.condition.unique()) == ["clean", "circuit", "random", "layers", "single"]
-    assert ablation_path(tmp_path / "out", str(path), "r1").is_file()
-    assert ablation_done(tmp_path / "out", str(path), "r1", config, SMALL)
-    assert not ablation_done(tmp_path / "out", str(path), "r1", dataclasses.replace(config, seeds=4), SMALL)
+    assert ResultsDir(tmp_path / "out").ablation_path(str(path), "r1").is_file()
+    assert ResultsDir(tmp_path / "out").stored_ablation_hash(str(path), "r1") == config.config_hash(SMALL)
+    assert ResultsDir(tmp_path / "out").stored_ablation_hash(str(path), "r1") != dataclasses.replace(config, draws=4).config_hash(SMALL)
     # Another screen config: the stored screen does not apply and a new one runs.
-    other = dataclasses.replace(SMALL, induction_threshold=0.0)
+    other = SMALL.replace(induction_threshold=0.0)
     again = ablate_checkpoint(str(path), "r1", other, dataclasses.replace(config, circuit="induction"),
                               out=tmp_path / "out2", adapter=adapter)
     assert again.circuit_source == "screened" and again.table.n_ablated[1] == 8

@@ -4,17 +4,18 @@ necessary: ablating it costs far more than ablating matched-random heads of the 
 import pytest
 
 from headtrace.ablation import AblationConfig, ablate, circuit_from_screen
-from headtrace.screen import ScreenConfig, build_probe, screen
+from headtrace.screen import ScreenConfig, screen
+from headtrace.probes import build_probe
 
 pytestmark = pytest.mark.slow  # load, a screen, a clean pass, 5 conditions from layer 17 on: ~3 min on 2 idle cores
 
 
 def test_the_screens_induction_circuit_is_necessary(smollm2):
-    config = ScreenConfig(n_examples=64, seq_len=256)
-    probe = build_probe(config, lambda: None)
+    config = ScreenConfig.of(n_examples=64, seq_len=256)
+    probe = build_probe(config.probe, lambda: None)
     circuit = circuit_from_screen(screen(smollm2, probe, config).heads, "induction")
     assert {(17, 3), (18, 7)} <= set(circuit)
-    result = ablate(smollm2, probe, circuit, AblationConfig(seeds=3, singles=False, n_bootstrap=1000), config,
+    result = ablate(smollm2, probe, circuit, AblationConfig(draws=3, singles=False, n_bootstrap=1000), config,
                     "SmolLM2-135M")
     table = result.table.set_index("condition")
     first = result.table.iloc[0]

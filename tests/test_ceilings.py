@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from headtrace.models import ModelAdapter
-from headtrace.probes import (SyntheticInductionSpec, baseline_positions, clean_baseline, selectivity_ceilings,
+from headtrace.probes import (ProbeSpec, baseline_positions, clean_baseline, selectivity_ceilings,
                               synthetic_induction)
 from headtrace.schema import ScreenConfig, ceiling_warnings, planned_ceilings
 from headtrace.screen import screen
@@ -42,8 +42,8 @@ def single_match_examples(probe) -> np.ndarray:
 
 @pytest.mark.parametrize("baseline", ["reference", "clean"])
 def test_a_head_with_all_its_attention_on_the_target_scores_the_ceiling(baseline):
-    config = ScreenConfig(n_examples=160, seq_len=SEQ_LEN, id_low=ID_LOW, id_high=VOCAB, baseline=baseline)
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=160, seq_len=SEQ_LEN, id_low=ID_LOW,
+    config = ScreenConfig.of(n_examples=160, seq_len=SEQ_LEN, id_low=ID_LOW, id_high=VOCAB, baseline=baseline)
+    probe = synthetic_induction(ProbeSpec(n_examples=160, seq_len=SEQ_LEN, id_low=ID_LOW,
                                                        id_high=VOCAB))
     probe = probe.subset(single_match_examples(probe))
     if baseline == "clean":
@@ -67,9 +67,8 @@ def test_a_head_with_all_its_attention_on_the_target_scores_the_ceiling(baseline
 
 def test_ceilings_at_the_demo_and_study_lengths():
     """T = 63 plus BOS (the organism's length) and T = 256 (the study's)."""
-    short = synthetic_induction(SyntheticInductionSpec(n_examples=2000, seq_len=63, id_low=3, id_high=256,
-                                                       bos_token_id=0))
-    study = synthetic_induction(SyntheticInductionSpec())
+    short = synthetic_induction(ProbeSpec(n_examples=2000, seq_len=63, id_low=3, id_high=256), bos_token_id=0)
+    study = synthetic_induction(ProbeSpec())
     assert round(selectivity_ceilings(short)["induction"], 1) == 61.3
     assert round(selectivity_ceilings(study)["induction"]) == 238
     assert round(selectivity_ceilings(study)["duplicate"]) == 251
@@ -81,10 +80,10 @@ def test_ceilings_at_the_demo_and_study_lengths():
 
 
 def test_the_clean_baseline_equals_a_naive_one_from_full_patterns():
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=24, seq_len=64))
+    probe = synthetic_induction(ProbeSpec(n_examples=24, seq_len=64))
     clean = clean_baseline(probe)
     model = tiny_model("gpt_neox")
-    heads = screen(ModelAdapter(model), clean, ScreenConfig(batch_size=5, baseline="clean")).heads
+    heads = screen(ModelAdapter(model), clean, ScreenConfig.of(batch_size=5, baseline="clean")).heads
     patterns, _, _ = full_patterns(model, probe)
     q = probe.query[0]
     reference = baseline_positions(q)
@@ -104,16 +103,16 @@ def test_the_clean_baseline_equals_a_naive_one_from_full_patterns():
 
 
 def test_threshold_warnings_name_the_threshold_and_the_ceiling():
-    demo = ScreenConfig(n_examples=256, seq_len=63, id_low=3, id_high=256, prepend_bos=True)
+    demo = ScreenConfig.of(n_examples=256, seq_len=63, id_low=3, id_high=256, prepend_bos=True)
     warnings = ceiling_warnings(demo, planned_ceilings(demo))
     assert len(warnings) == 1 and "induction threshold 50x" in warnings[0] and "62.7x" in warnings[0]
     assert not ceiling_warnings(ScreenConfig(), planned_ceilings(ScreenConfig()))  # 50 < 238 / 2
-    clean = ScreenConfig(n_examples=256, seq_len=63, id_low=3, id_high=256, prepend_bos=True, baseline="clean")
+    clean = ScreenConfig.of(n_examples=256, seq_len=63, id_low=3, id_high=256, prepend_bos=True, baseline="clean")
     assert not ceiling_warnings(clean, planned_ceilings(clean))
 
 
 def test_the_baseline_is_in_the_hash_and_the_default_hash_is_unchanged():
     assert ScreenConfig().config_hash == "b1268a110f458fad"  # results written before the option keep their hash
-    assert ScreenConfig(baseline="clean").config_hash != ScreenConfig().config_hash
+    assert ScreenConfig.of(baseline="clean").config_hash != ScreenConfig().config_hash
     with pytest.raises(Exception, match="unknown baseline 'tidy'"):
-        ScreenConfig(baseline="tidy").validate()
+        ScreenConfig.of(baseline="tidy").validate()

@@ -12,7 +12,7 @@ def test_ablate_prints_table_verdict_and_shortfall_and_writes_parquet(checkpoint
                      "--n-bootstrap", 100, "--out", out)
     assert proc.returncode == 0, proc.stderr
     shown, said = " ".join(proc.stdout.split()), " ".join(proc.stderr.split())  # rich wraps at 80 columns
-    for text in ("condition", "(mean)", "(min-max)", "layers", "single", "differential (loss", "-> not shown"):
+    for text in ("condition", "(mean)", "(95%)", "layers", "single", "differential (loss", "-> not shown"):
         assert text in shown
     assert "shortfall" in said and "2 head(s) fewer" in said
     table = pd.read_parquet(out / "ablations")
@@ -37,7 +37,7 @@ def test_pr_top_circuit_and_metric_override(checkpoint, tmp_path):  # noqa: F811
     --metric sets the deciding metric, and the table and report say which one decided."""
     import numpy as np
 
-    from headtrace.store import write_shard
+    from headtrace.store import ResultsDir
 
     out = tmp_path / "results"
     pr = np.full(8, 1.5)
@@ -46,7 +46,7 @@ def test_pr_top_circuit_and_metric_override(checkpoint, tmp_path):  # noqa: F811
         heads = pd.DataFrame({"model": checkpoint.name, "revision": f"step{step}", "tokens": step * 1e6,
                               "layer": np.repeat([0, 1], 4), "head": np.tile(range(4), 2), "pr": pr * step})
         heads["head_id"] = [f"L{l}H{h}" for l, h in zip(heads["layer"], heads["head"])]
-        write_shard(out, heads, heads[["model", "revision", "tokens"]].iloc[:1])
+        ResultsDir(out).write_shard(heads, heads[["model", "revision", "tokens"]].iloc[:1])
     proc = headtrace("ablate", checkpoint, "--circuit", "pr-top:2", "--metric", "top1", "-n", 16, "--seq-len", 64,
                      "--seeds", 2, "--n-bootstrap", 50, "--out", out)
     assert proc.returncode == 0, proc.stderr

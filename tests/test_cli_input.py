@@ -14,10 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from headtrace.panel import _existing_runs
 from headtrace.schema import ScreenConfig
 from headtrace.screen import screen_checkpoint
-from headtrace.store import write_shard
+from headtrace.store import ResultsDir
 from panel_helpers import REVISIONS, local_panel, save_checkpoints
 
 EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED = 2, 3, 130  # the documented exit codes (docs/reliability.md)
@@ -84,7 +83,7 @@ def test_a_revision_of_a_local_checkpoint_is_refused_and_a_series_serves_its_sub
     assert proc.returncode == 0, proc.stderr
     stored = pd.read_parquet(out / "heads")
     assert set(stored.model) == {"tiny-series"} and set(stored.revision) == {"step2"}
-    direct = screen_checkpoint(str(series / "step2"), config=ScreenConfig(n_examples=16, seq_len=64)).heads
+    direct = screen_checkpoint(str(series / "step2"), config=ScreenConfig.of(n_examples=16, seq_len=64)).heads
     assert stored.mean_induction.tolist() == direct.mean_induction.tolist()  # step2's weights, not another's
 
 
@@ -118,7 +117,7 @@ def test_a_corrupt_parquet_file_is_one_line_naming_it(imported, tmp_path, folder
     for command in ("results", "findings", "report"):
         line = one_line_error(headtrace(command, out))
         assert f"cannot read '{victim}'" in line and "`headtrace run` re-screens" in line
-    assert victim.name not in set(_existing_runs(out).shard)  # so `headtrace run` does re-screen it
+    assert victim.name not in set(ResultsDir(out).existing_runs().shard)  # so `headtrace run` does re-screen it
 
 
 # Defect 4 -------------------------------------------------------------------------------------
@@ -179,7 +178,7 @@ def test_exit_codes_tell_usage_errors_from_failed_work(series, tmp_path):
     assert headtrace("screen", series, "--no-such-option").returncode == EXIT_USAGE
     panel = local_panel(tmp_path, series, REVISIONS[:1], extra='[ablation]\ncircuit = "L7H0"\nseeds = 2\n')
     line = one_line_error(headtrace("run", panel, "--out", tmp_path / "out"), EXIT_FAILED)
-    assert "1 ablations did not run (tiny/neox@step1)" in line
+    assert "ablation did not run for tiny/neox@step1" in line
     assert (tmp_path / "out" / "runs" / "tiny--neox@step1.parquet").is_file()  # the screen itself is kept
 
 
@@ -224,7 +223,7 @@ def test_results_files_follow_the_umask(tmp_path, umask):
     heads = pd.DataFrame({"model": ["m"], "revision": ["r"], "x": [1.0]})
     previous = os.umask(umask)
     try:
-        path = write_shard(tmp_path, heads, heads)
+        path = ResultsDir(tmp_path).write_shard(heads, heads)
     finally:
         os.umask(previous)
     for file in (path, tmp_path / "heads" / path.name):
@@ -262,13 +261,13 @@ def test_the_screen_summary_lists_the_strongest_heads_and_all_prints_every_one()
 
     from headtrace.cli import STRONGEST, out_console, print_screen_summary
     from headtrace.models import ModelAdapter
-    from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+    from headtrace.probes import ProbeSpec, synthetic_induction
     from headtrace.screen import screen
 
     model = LlamaForCausalLM(LlamaConfig(vocab_size=10240, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
                                          num_attention_heads=4, max_position_embeddings=128))
-    config = ScreenConfig(n_examples=8, seq_len=64, label_threshold=0.0)  # every head gets a label
-    result = screen(ModelAdapter(model.eval()), synthetic_induction(SyntheticInductionSpec(n_examples=8, seq_len=64)),
+    config = ScreenConfig.of(n_examples=8, seq_len=64, label_threshold=0.0)  # every head gets a label
+    result = screen(ModelAdapter(model.eval()), synthetic_induction(ProbeSpec(n_examples=8, seq_len=64)),
                     config, model_name="m", revision="r")
     result.run["ceiling_induction"] = 1234.0
     for all_heads, rows in ((False, STRONGEST), (True, 16)):

@@ -22,7 +22,7 @@ from headtrace.panel import load_panel, run_panel
 from headtrace.probes import CLASS_KEYS
 from headtrace.report import build_report
 from headtrace.report.data import load
-from headtrace.store import HEADS, RUNS, read_results, slug, write_shard
+from headtrace.store import HEADS, RUNS, ResultsDir, read_results, slug
 from headtrace.trajectory import findings, write_findings
 from test_report import FIGURE_STATE, browser, hover, open_page  # noqa: F401 (browser: the fixture)
 
@@ -220,11 +220,11 @@ def planted_results(out: Path) -> Path:
     for seed, plant in PLANTED.items():
         model = f"{FAMILY}-s{seed}"
         for heads, run in planted_shards(model, plant):
-            write_shard(out, tag(heads, FAMILY, seed), tag(run, FAMILY, seed))
+            ResultsDir(out).write_shard(tag(heads, FAMILY, seed), tag(run, FAMILY, seed))
         if plant.get("gap"):
             gaps.append(Gap(FAMILY, seed, model, plant["gap"], TOKENS[NAMES.index(plant["gap"])]))
     for heads, run in planted_shards(SINGLE, PLANTED[1]):
-        write_shard(out, heads, run)
+        ResultsDir(out).write_shard(heads, run)
 
     class Member:
         def __init__(self, seed):
@@ -365,7 +365,7 @@ def test_the_band_at_a_revision_leaves_out_the_member_that_lacks_it(planted):
 
 def test_results_without_a_family_keep_their_findings_table(planted, tmp_path):
     for heads, run in planted_shards(SINGLE, PLANTED[1]):
-        write_shard(tmp_path, heads, run)
+        ResultsDir(tmp_path).write_shard(heads, run)
     heads, runs = read_results(tmp_path)
     table = findings(heads, runs)
     pd.testing.assert_frame_equal(with_family_rows(table, heads, runs), table)

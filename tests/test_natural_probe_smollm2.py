@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from headtrace.models import load_tokenizer, smollm2_gguf_path
-from headtrace.screen import ScreenConfig, build_probe, screen
-from headtrace.store import read_results, write_shard
+from headtrace.screen import ScreenConfig, screen
+from headtrace.probes import build_probe
+from headtrace.store import read_results, ResultsDir
 
 pytestmark = pytest.mark.slow  # two screens of 48 sequences (~40 s each on 2 cores) after the ~20 s load
 
@@ -35,12 +36,12 @@ def screens(smollm2, tmp_path_factory):
     texts = python_docs_corpus(folder / "python-docs.jsonl")
     out = folder / "results"
     for revision, config in (
-        ("natural", ScreenConfig(n_examples=N, seq_len=256, probe="natural", texts=str(texts))),
-        ("synthetic", ScreenConfig(n_examples=N, seq_len=256)),
+        ("natural", ScreenConfig.of(n_examples=N, seq_len=256, probe="natural", texts=str(texts))),
+        ("synthetic", ScreenConfig.of(n_examples=N, seq_len=256)),
     ):
-        probe = build_probe(config, lambda: load_tokenizer(smollm2_gguf_path()))
+        probe = build_probe(config.probe, lambda: load_tokenizer(smollm2_gguf_path()))
         result = screen(smollm2, probe, config, model_name=f"SmolLM2-135M {revision}", revision=revision)
-        write_shard(out, result.heads, result.run)
+        ResultsDir(out).write_shard(result.heads, result.run)
     heads, runs = read_results(out)
     return {r: heads.loc[heads.revision == r].set_index("head_id") for r in ("natural", "synthetic")}, runs, texts
 
@@ -50,11 +51,11 @@ def test_from_a_text_file_to_the_heads_table(screens):
     run = runs.set_index("revision").loc["natural"]
     assert run.probe == "natural-text-induction" and run.n_examples == N and len(tables["natural"]) == 30 * 9
     assert json.loads(run.config_json)["texts"] == str(texts)
-    same = ScreenConfig(n_examples=N, seq_len=256, probe="natural", texts=str(texts))
+    same = ScreenConfig.of(n_examples=N, seq_len=256, probe="natural", texts=str(texts))
     assert same.config_hash == run.config_hash  # the corpus's digest is part of the hash: another text, another hash
     other = texts.with_name("other.jsonl")
     other.write_text(texts.read_text() + json.dumps({"text": "one more document"}) + "\n")
-    assert ScreenConfig(n_examples=N, seq_len=256, probe="natural", texts=str(other)).config_hash != run.config_hash
+    assert ScreenConfig.of(n_examples=N, seq_len=256, probe="natural", texts=str(other)).config_hash != run.config_hash
     natural = tables["natural"]
     assert natural[["sel_induction", "sel_previous", "sel_first", "pr"]].notna().all().all()
     assert 0.15 <= run.top1 <= 0.5  # measured 0.297 at n = 64: the answer is often predictable in prose

@@ -19,7 +19,7 @@ from headtrace.organism.corpus import batch, copy_spans, token_probabilities
 from headtrace.organism.demo import check_demo, demo_screen, panel_toml
 from headtrace.schema import THRESHOLD_CLASSES
 from headtrace.panel import load_panel, run_panel
-from headtrace.store import read_ablations, read_results
+from headtrace.store import read_results, ResultsDir
 
 TINY_CORPUS = CorpusConfig(vocab_size=64, seq_len=64, span_min=4, span_max=12, spans_per_sequence=2)
 
@@ -245,7 +245,7 @@ def test_the_demo_forms_an_induction_circuit_that_ablation_confirms(seed, thread
     assert not check.failures(), check
     heads, runs = read_results(results)
     final = heads[heads.revision == runs.revision.iloc[-1]]
-    ablation = read_ablations(results).set_index("condition")
+    ablation = ResultsDir(results).read_ablations().set_index("condition")
     assert ablation.revision.iloc[0] == runs.revision.iloc[-1]
     assert ablation.loc["circuit", "heads"] == ",".join(final.loc[final.induction_circuit, "head_id"])
     # The demo's probe leaves every threshold far below its class's ceiling.

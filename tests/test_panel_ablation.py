@@ -11,12 +11,12 @@ from headtrace.ablation import AblationConfig, ablate
 from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
 from headtrace.panel import load_panel, run_panel
-from headtrace.screen import build_probe
-from headtrace.store import ABLATIONS, read_ablations, shard_name
+from headtrace.probes import build_probe
+from headtrace.store import ABLATIONS, shard_name, ResultsDir
 from models_zoo import tiny_model
 from panel_helpers import PYTHIA, SCREEN, fake_hub, panel_file, point_hub_env, seed_of
 
-ABLATION = '[ablation]\ncircuit = "L1H0,L1H2"\nseeds = 3\nrevisions = {revisions}\n'
+ABLATION = '[ablation]\ncircuit = "L1H0,L1H2"\ndraws = 3\nrevisions = {revisions}\n'
 
 
 @pytest.fixture(scope="module")
@@ -40,28 +40,29 @@ def test_panel_ablates_the_final_revision_then_resumes_and_widens(cache, tmp_pat
     panel = ablation_panel(tmp_path, '"final"')
     run = run_panel(panel, out)
     final = shard_name(PYTHIA, "step4")
-    assert not run.failed and run.to_ablate == [final] and run.ablated == [final] and not run.ablation_failed
-    table = read_ablations(out)
+    assert not run.failed and run.stages["ablation"].todo == [final] and run.stages["ablation"].done == [final]
+    assert not run.stages["ablation"].failed
+    table = ResultsDir(out).read_ablations()
     assert set(table.revision) == {"step4"}
 
     # The stored rows are the ablation of exactly that checkpoint (the fake hub serves tiny_model seeds).
     adapter = ModelAdapter(tiny_model("gpt_neox", seed_of(PYTHIA, "step4")))
-    direct = ablate(adapter, build_probe(panel.screen, lambda: None), ((1, 0), (1, 2)),
-                    AblationConfig(circuit="L1H0,L1H2", seeds=3), panel.screen, PYTHIA, "step4",
+    direct = ablate(adapter, build_probe(panel.screen.probe, lambda: None), ((1, 0), (1, 2)),
+                    AblationConfig(circuit="L1H0,L1H2", draws=3), panel.screen, PYTHIA, "step4",
                     tokens=4 * 2_097_152).table
     pd.testing.assert_frame_equal(table, direct, check_exact=True)
 
     # Re-run: nothing to do.
     stamp = (out / ABLATIONS / final).stat().st_mtime_ns
     again = run_panel(panel, out)
-    assert again.ablations_skipped == [final] and not again.to_ablate and not again.computed
+    assert again.stages["ablation"].kept == [final] and not again.stages["ablation"].todo and not again.computed
     assert (out / ABLATIONS / final).stat().st_mtime_ns == stamp
 
     # All revisions: the two missing ablations run, without screening again.
     wider = run_panel(ablation_panel(tmp_path, '"all"'), out)
     assert len(wider.skipped) == 3 and not wider.computed and not wider.recomputed
-    assert sorted(wider.ablated) == sorted(shard_name(PYTHIA, r) for r in ("step1", "step2"))
-    assert set(read_ablations(out).revision) == {"step1", "step2", "step4"}
+    assert sorted(wider.stages["ablation"].done) == sorted(shard_name(PYTHIA, r) for r in ("step1", "step2"))
+    assert set(ResultsDir(out).read_ablations().revision) == {"step1", "step2", "step4"}
     assert (out / ABLATIONS / final).stat().st_mtime_ns == stamp
 
 
@@ -74,7 +75,7 @@ def test_unknown_ablation_revision_fails_before_any_work(cache, tmp_path):
 def test_an_empty_circuit_leaves_the_screen_and_says_why(cache, tmp_path):
     path = panel_file(tmp_path, {PYTHIA: ["step8"]},
                       screen=SCREEN.replace("[screen]\n", "[screen]\ninduction_threshold = 1e30\n")
-                      + '[ablation]\ncircuit = "induction"\nseeds = 2\n')
+                      + '[ablation]\ncircuit = "induction"\ndraws = 2\n')
     run = run_panel(load_panel(path), tmp_path / "out")
-    assert not run.failed and run.computed and not run.ablated
-    assert "empty" in run.ablation_failed[f"{PYTHIA}@step8"]
+    assert not run.failed and run.computed and not run.stages["ablation"].done
+    assert "empty" in run.stages["ablation"].failed[f"{PYTHIA}@step8"]

@@ -9,12 +9,14 @@ from typer.testing import CliRunner
 
 from headtrace.cli import app
 from headtrace.errors import HeadtraceError
-from headtrace.panel import AblationSpec, load_panel
+from headtrace.panel import StagePlan, load_panel
+from headtrace.schema import AblationConfig
+from headtrace.stages import AblationStage
 from headtrace.screen import ScreenConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# DESIGN.md section 3, the study's panel.
+# The study's panel (docs/reproduce-xu2026.md).
 STUDY = {
     "EleutherAI/pythia-1b": "step1 step4 step16 step64 step256 step512 step3000 step10000 step38000 "
     "step143000",
@@ -33,8 +35,8 @@ def test_the_study_panel_is_the_30_runs_with_reference_settings():
     assert {m.id: " ".join(m.revisions) for m in panel.models} == STUDY
     assert all(m.source == "hub" for m in panel.models)
     reference = ScreenConfig()  # the defaults reproduce the reference implementation
-    assert panel.screen.config_hash == ScreenConfig(device="cuda").config_hash != reference.config_hash
-    assert panel.ablation is None
+    assert panel.screen.config_hash == ScreenConfig.of(device="cuda").config_hash != reference.config_hash
+    assert panel.stages == ()
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -101,12 +103,15 @@ def test_ablation_section_is_validated_and_stored(tmp_path):
     panel = load_panel(
         write(
             tmp_path,
-            GOOD + '[ablation]\ncircuit = "L2H11,L4H12"\nseeds = 5\nmode = "mean"\nrevisions = ["step1"]\n',
+            GOOD + '[ablation]\ncircuit = "L2H11,L4H12"\ndraws = 5\nmode = "mean"\nrevisions = ["step1"]\n',
         )
     )
-    assert panel.ablation == AblationSpec(circuit="L2H11,L4H12", seeds=5, mode="mean", revisions=("step1",))
-    assert load_panel(write(tmp_path, GOOD + "[ablation]\n")).ablation == AblationSpec()
-    with pytest.raises(HeadtraceError, match=r"p\.toml:13: circuit = 'L2-H11' is not one of induction"):
+    expected = (StagePlan(AblationStage(AblationConfig(circuit="L2H11,L4H12", draws=5, mode="mean")), ("step1",)),)
+    assert panel.stages == expected
+    old_name = GOOD + '[ablation]\ncircuit = "L2H11,L4H12"\nseeds = 5\nmode = "mean"\nrevisions = ["step1"]\n'
+    assert load_panel(write(tmp_path, old_name)).stages == expected  # draws' old name is still read
+    assert load_panel(write(tmp_path, GOOD + "[ablation]\n")).stages == (StagePlan(AblationStage(), "final"),)
+    with pytest.raises(HeadtraceError, match=r"p\.toml:13: bad head 'L2-H11' in circuit 'L2-H11'"):
         load_panel(write(tmp_path, GOOD + '[ablation]\nseeds = 3\ncircuit = "L2-H11"\n'))
     with pytest.raises(HeadtraceError, match=r"p\.toml:13: mode = 'ones' is not one of: zero, mean"):
         load_panel(write(tmp_path, GOOD + '[ablation]\nseeds = 3\nmode = "ones"\n'))

@@ -16,10 +16,10 @@ import pytest
 
 from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
-from headtrace.panel import LOCK, MANIFEST, OutputLock, load_panel, load_results, run_panel
-from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+from headtrace.panel import OutputLock, load_panel, run_panel
+from headtrace.store import LOCK, MANIFEST, ResultsDir, load_results, read_results
+from headtrace.probes import ProbeSpec, synthetic_induction
 from headtrace.screen import screen
-from headtrace.store import read_results
 from hub_server import Fault
 from models_zoo import tiny_model
 from panel_helpers import (
@@ -54,7 +54,7 @@ def test_panel_discovers_selects_downloads_screens_and_stores(hub, cache, tmp_pa
 
     # Each shard holds the screen of exactly the checkpoint the hub serves on that branch.
     config = panel.screen
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=16, seq_len=64))
+    probe = synthetic_induction(ProbeSpec(n_examples=16, seq_len=64))
     for model, revision, arch in [(OLMO, "step56000-tokens117B", "olmo"), (PYTHIA, "step4", "gpt_neox")]:
         direct = screen(
             ModelAdapter(tiny_model(arch, seed_of(model, revision))),
@@ -133,7 +133,7 @@ def test_a_live_lock_refuses_and_a_dead_runs_lock_is_taken_over(cache, tmp_path)
     out = tmp_path / "out"
     out.mkdir()
     panel = load_panel(panel_file(tmp_path, {PYTHIA: ["step1"]}))
-    with OutputLock(out):
+    with OutputLock(ResultsDir(out)):
         with pytest.raises(
             HeadtraceError, match=rf"in use by another `headtrace run` \(pid {os.getpid()} on"
         ):
@@ -231,3 +231,21 @@ def test_a_corrupt_checkpoint_fails_its_revision_only_and_never_makes_a_shard(hu
         "EleutherAI--pythia-1b@step5000.parquet"
     ]
     assert json.loads((tmp_path / "out" / MANIFEST).read_text())["failed"][0]["task"] == f"{PYTHIA}@step4000"
+
+
+def test_a_panel_that_stops_early_releases_the_download_it_prefetched(hub, cache, tmp_path):
+    """The panel stops after its first task (as on a fatal error); the next revision, downloading in
+    the background, is deleted once its download ends: nothing is left in the cache."""
+    from headtrace.executors import ExecutionOptions, QuietReporter, TaskSettings, run_local
+    from headtrace.panel import plan
+
+    panel = load_panel(panel_file(tmp_path, {PYTHIA: ["step1", "step4"]}))
+    tasks = plan(panel)
+    running = run_local(tasks, TaskSettings(config=panel.screen, out=str(tmp_path / "out")), QuietReporter(),
+                        ExecutionOptions(prefetch=True))
+    assert not next(running).error
+    running.close()  # what the panel's loop does when it breaks
+    deadline = time.monotonic() + 30
+    while cached_weights(cache) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cached_weights(cache) == []

@@ -1,4 +1,4 @@
-"""Probe builders: the synthetic batch reproduces DESIGN.md §2 draw for draw; natural-text probes."""
+"""Probe builders: the synthetic batch reproduces the reference batch (docs/definitions.md) draw for draw; natural-text probes."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ from headtrace.errors import HeadtraceError
 from headtrace.probes import (
     BASELINE_SIZE,
     CHANNELS,
-    SyntheticInductionSpec,
+    ProbeSpec,
     baseline_positions,
     natural_text_induction,
     special_positions,
@@ -18,7 +18,7 @@ from headtrace.probes import (
 
 
 def transcribed_reference(n, T, seed=42, lo=100, hi=10000):
-    """DESIGN.md §2 transcribed literally, one draw at a time."""
+    """The reference batch (docs/definitions.md) transcribed literally, one draw at a time."""
     rng = np.random.RandomState(seed)
     out = []
     for _ in range(n):
@@ -39,7 +39,7 @@ def transcribed_reference(n, T, seed=42, lo=100, hi=10000):
 
 
 def test_synthetic_batch_matches_transcribed_reference():
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=300, seq_len=256))
+    probe = synthetic_induction(ProbeSpec(n_examples=300, seq_len=256))
     np.testing.assert_array_equal(probe.input_ids, transcribed_reference(300, 256))
     assert probe.n_valid == 300  # as in the reference screen files (n_examples_valid == n_examples)
 
@@ -53,13 +53,13 @@ def test_reference_baseline_positions():
         if p not in expected and p not in {0, 255, 254, 253, 252, 251, 250}:
             expected.append(p)
     np.testing.assert_array_equal(baseline_positions(255), expected)
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=3, seq_len=256))
+    probe = synthetic_induction(ProbeSpec(n_examples=3, seq_len=256))
     assert (probe.baseline == np.array(expected)).all()
 
 
 def test_prepend_bos_shifts_every_position():
-    plain = synthetic_induction(SyntheticInductionSpec(n_examples=20, seq_len=64))
-    bos = synthetic_induction(SyntheticInductionSpec(n_examples=20, seq_len=64, bos_token_id=7))
+    plain = synthetic_induction(ProbeSpec(n_examples=20, seq_len=64))
+    bos = synthetic_induction(ProbeSpec(n_examples=20, seq_len=64), bos_token_id=7)
     assert (bos.input_ids[:, 0] == 7).all()
     np.testing.assert_array_equal(bos.input_ids[:, 1:], plain.input_ids)
     np.testing.assert_array_equal(bos.query, plain.query + 1)
@@ -69,10 +69,10 @@ def test_prepend_bos_shifts_every_position():
 
 def test_bad_sizes_fail_clearly():
     with pytest.raises(HeadtraceError, match="n-examples"):
-        synthetic_induction(SyntheticInductionSpec(n_examples=0))
+        synthetic_induction(ProbeSpec(n_examples=0))
     with pytest.raises(HeadtraceError, match="seq-len"):
-        synthetic_induction(SyntheticInductionSpec(seq_len=30))
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=2, seq_len=64))
+        synthetic_induction(ProbeSpec(seq_len=30))
+    probe = synthetic_induction(ProbeSpec(n_examples=2, seq_len=64))
     with pytest.raises(HeadtraceError, match="--id-high 5000"):
         probe.check_vocab(5000)
 
@@ -83,7 +83,7 @@ def test_bad_sizes_fail_clearly():
 def test_valid_examples_have_the_induction_structure(n, T, seed, lo, width):
     """For any size, seed and id range: valid examples have A at ab, B at ab+1, A at the query and
     no other B before the query; invalid ones are excluded from induction and duplicate."""
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=n, seq_len=T, seed=seed,
+    probe = synthetic_induction(ProbeSpec(n_examples=n, seq_len=T, seed=seed,
                                                        id_low=lo, id_high=lo + width))
     q = T - 1
     for i in range(n):

@@ -9,7 +9,7 @@ import pytest
 
 from headtrace.executors import RayOptions
 from headtrace.panel import load_panel, run_panel
-from headtrace.store import read_results
+from headtrace.store import read_results, ResultsDir
 from panel_helpers import PYTHIA, assert_same_tables, fake_hub, panel_file, point_hub_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,17 +45,16 @@ def test_ray_executor_writes_the_same_tables_as_the_local_executor(ray_cluster, 
 
 
 def test_ray_executor_ablates_like_the_local_executor(ray_cluster, tmp_path):
-    from headtrace.store import read_ablations
     from panel_helpers import SCREEN
 
     screen = SCREEN + '[ablation]\ncircuit = "L1H1,L1H3"\nseeds = 2\nrevisions = "all"\n'
     panel = load_panel(panel_file(tmp_path, {PYTHIA: ["step4", "step8"]}, screen=screen))
     on_ray = run_panel(panel, tmp_path / "ray", executor="ray", ray=RayOptions(cpus_per_task=1, max_retries=1))
-    assert not on_ray.failed and len(on_ray.ablated) == 2 and not on_ray.ablation_failed
+    assert not on_ray.failed and len(on_ray.stages["ablation"].done) == 2 and not on_ray.stages["ablation"].failed
     run_panel(panel, tmp_path / "local", executor="local")
     import pandas as pd
 
-    pd.testing.assert_frame_equal(read_ablations(tmp_path / "ray"), read_ablations(tmp_path / "local"),
+    pd.testing.assert_frame_equal(ResultsDir(tmp_path / "ray").read_ablations(), ResultsDir(tmp_path / "local").read_ablations(),
                                   check_exact=True)
 
 

@@ -4,7 +4,6 @@ depend on how the batch is split. (Hub faults, kills and locks are in test_sourc
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +18,9 @@ from hypothesis import strategies as st
 from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
 from headtrace.panel import load_panel, run_panel
-from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+from headtrace.probes import ProbeSpec, synthetic_induction
 from headtrace.screen import ScreenConfig, screen
-from headtrace.store import RUNS, read_results, write_shard
+from headtrace.store import RUNS, read_results, ResultsDir
 from models_zoo import tiny_model
 from panel_helpers import REVISIONS, local_panel, save_checkpoints
 
@@ -31,9 +30,9 @@ def test_non_finite_activations_fail_their_revision_and_the_others_go_on(tmp_pat
     adapter = ModelAdapter(tiny_model("gpt_neox", seed=1))
     with torch.no_grad():
         adapter.model.gpt_neox.layers[1].input_layernorm.weight.fill_(3e38)
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=8, seq_len=64))
+    probe = synthetic_induction(ProbeSpec(n_examples=8, seq_len=64))
     with pytest.raises(HeadtraceError, match=r"^m@r produced NaN or inf activations from layer 1 on: .* float32"):
-        screen(adapter, probe, ScreenConfig(n_examples=8, seq_len=64), model_name="m", revision="r")
+        screen(adapter, probe, ScreenConfig.of(n_examples=8, seq_len=64), model_name="m", revision="r")
 
     run = run_panel(load_panel(local_panel(tmp_path, checkpoints, REVISIONS)), tmp_path / "out")
     assert list(run.failed) == ["tiny/neox@step2"] and "NaN or inf activations" in run.failed["tiny/neox@step2"]
@@ -92,10 +91,10 @@ cp -a {out} {saved}-3
 def test_a_model_screened_with_two_configs_is_refused(tmp_path):
     adapter = ModelAdapter(tiny_model("llama"))
     for revision, seed in (("step1", 1), ("step2", 2)):
-        config = ScreenConfig(n_examples=8, seq_len=48, seed=seed)
-        result = screen(adapter, synthetic_induction(SyntheticInductionSpec(n_examples=8, seq_len=48, seed=seed)),
+        config = ScreenConfig.of(n_examples=8, seq_len=48, seed=seed)
+        result = screen(adapter, synthetic_induction(ProbeSpec(n_examples=8, seq_len=48, seed=seed)),
                         config, model_name="m", revision=revision)
-        write_shard(tmp_path, result.heads, result.run)
+        ResultsDir(tmp_path).write_shard(result.heads, result.run)
     with pytest.raises(HeadtraceError, match=r"holds m screened with 2 different configs .*own results directory"):
         read_results(tmp_path)
     result = subprocess.run([sys.executable, "-m", "headtrace", "findings", str(tmp_path)], capture_output=True,
@@ -112,9 +111,9 @@ SPLIT_COLUMNS = ["mean_induction", "mean_previous", "mean_duplicate", "mean_firs
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 12), batch_size=st.integers(1, 12), seed=st.integers(0, 2**16))
 def test_selectivities_do_not_depend_on_the_micro_batch_split(n, batch_size, seed):
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=n, seq_len=48, seed=seed))
-    whole = screen(NEOX, probe, ScreenConfig(n_examples=n, seq_len=48, seed=seed, batch_size=n)).heads
-    split = screen(NEOX, probe, ScreenConfig(n_examples=n, seq_len=48, seed=seed, batch_size=batch_size)).heads
+    probe = synthetic_induction(ProbeSpec(n_examples=n, seq_len=48, seed=seed))
+    whole = screen(NEOX, probe, ScreenConfig.of(n_examples=n, seq_len=48, seed=seed, batch_size=n)).heads
+    split = screen(NEOX, probe, ScreenConfig.of(n_examples=n, seq_len=48, seed=seed, batch_size=batch_size)).heads
     for column in SPLIT_COLUMNS:
         np.testing.assert_allclose(split[column], whole[column], rtol=1e-5, atol=1e-12, err_msg=column)
     assert list(split.label) == list(whole.label) or np.allclose(split.best_selectivity, 30.0, rtol=1e-4)

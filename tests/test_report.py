@@ -208,9 +208,10 @@ def test_the_report_draws_the_probes_ceiling(tiny_report, tiny_dir):
     """The tiny panel's probe (T = 64, reference baseline) caps induction near 62x: the induction
     figure draws that ceiling and the runs table lists it."""
     from headtrace.probes import selectivity_ceilings
-    from headtrace.screen import ScreenConfig, build_probe
+    from headtrace.screen import ScreenConfig
+    from headtrace.probes import build_probe
 
-    ceiling = selectivity_ceilings(build_probe(ScreenConfig(n_examples=16, seq_len=64), lambda: None))["induction"]
+    ceiling = selectivity_ceilings(build_probe(ScreenConfig.of(n_examples=16, seq_len=64).probe, lambda: None))["induction"]
     text = html.unescape(tiny_report.read_text())
     assert f"the probe's ceiling ({ceiling:.0f}x)" in text
     assert "induction ceiling" in text and f"{ceiling:.1f}x" in text

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from headtrace.models import ModelAdapter
-from headtrace.probes import CHANNELS, SyntheticInductionSpec, synthetic_induction
+from headtrace.probes import CHANNELS, ProbeSpec, synthetic_induction
 from headtrace.screen import ScreenConfig, screen
 from models_zoo import BUILDERS, tiny_model
 from naive import naive_screen
 
-SPEC = SyntheticInductionSpec(n_examples=24, seq_len=64)
+SPEC = ProbeSpec(n_examples=24, seq_len=64)
 
 
 @pytest.fixture(scope="module")
@@ -28,18 +28,17 @@ def test_widened_values_route_matches_reference(arch, probe, monkeypatch):
     """The route CUDA and MPS take (values widened by the target channels), run on the CPU."""
     import headtrace.screen
 
-    monkeypatch.setattr(headtrace.screen, "READ_LOGSUMEXP", False)
     taken = []
     widened = headtrace.screen._attention_with_widened_values
     monkeypatch.setattr(headtrace.screen, "_attention_with_widened_values",
                         lambda *a, **k: taken.append(1) or widened(*a, **k))
-    check_against_reference(arch, probe)
+    check_against_reference(arch, probe, route="widened")
     assert taken
 
 
-def check_against_reference(arch, probe):
+def check_against_reference(arch, probe, route="auto"):
     model = tiny_model(arch)
-    result = screen(ModelAdapter(model), probe, ScreenConfig(batch_size=5))
+    result = screen(ModelAdapter(model), probe, ScreenConfig.of(batch_size=5), route=route)
     ref = naive_screen(model, probe)
     heads = result.heads
     layout = ModelAdapter(model).layout
@@ -82,8 +81,8 @@ def test_per_head_outputs_reconstruct_projection(arch, probe):
 
 def test_batch_size_does_not_change_results(probe):
     model = tiny_model("llama")
-    a = screen(ModelAdapter(model), probe, ScreenConfig(batch_size=1)).heads
-    b = screen(ModelAdapter(model), probe, ScreenConfig(batch_size=24)).heads
+    a = screen(ModelAdapter(model), probe, ScreenConfig.of(batch_size=1)).heads
+    b = screen(ModelAdapter(model), probe, ScreenConfig.of(batch_size=24)).heads
     numeric = a.select_dtypes("number").columns
     np.testing.assert_allclose(a[numeric].to_numpy(), b[numeric].to_numpy(), rtol=1e-5, atol=1e-8)
     assert (a.label == b.label).all()
@@ -91,8 +90,8 @@ def test_batch_size_does_not_change_results(probe):
 
 def test_two_runs_are_bit_identical(probe):
     model = tiny_model("gpt_neox")
-    a = screen(ModelAdapter(model), probe, ScreenConfig(batch_size=7))
-    b = screen(ModelAdapter(model), probe, ScreenConfig(batch_size=7))
+    a = screen(ModelAdapter(model), probe, ScreenConfig.of(batch_size=7))
+    b = screen(ModelAdapter(model), probe, ScreenConfig.of(batch_size=7))
     assert a.heads.equals(b.heads)
     metrics = ["top1", "top5", "loss", "mean_logit_answer", "config_hash"]
     assert a.run[metrics].equals(b.run[metrics])
@@ -111,7 +110,7 @@ def test_last_layer_runs_at_the_query_only(arch, probe):
     modules = {"proj first": adapter.out_proj[0], "proj last": adapter.out_proj[-1],
                "mlp first": adapter.mlp[0], "mlp last": adapter.mlp[-1]}
     handles = [module.register_forward_hook(record(name)) for name, module in modules.items()]
-    screen(adapter, probe, ScreenConfig(batch_size=8))
+    screen(adapter, probe, ScreenConfig.of(batch_size=8))
     for handle in handles:
         handle.remove()
     length = probe.seq_len

@@ -2,7 +2,7 @@
 
 import pytest
 
-from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+from headtrace.probes import ProbeSpec, synthetic_induction
 from headtrace.screen import ScreenConfig, screen
 
 pytestmark = pytest.mark.slow  # ~20 s to load the GGUF, ~30 s to screen 48 sequences on 2 cores
@@ -10,8 +10,8 @@ pytestmark = pytest.mark.slow  # ~20 s to load the GGUF, ~30 s to screen 48 sequ
 
 @pytest.fixture(scope="module")
 def result(smollm2):
-    config = ScreenConfig(n_examples=48, seq_len=256)
-    return screen(smollm2, synthetic_induction(SyntheticInductionSpec(n_examples=48, seq_len=256)), config,
+    config = ScreenConfig.of(n_examples=48, seq_len=256)
+    return screen(smollm2, synthetic_induction(ProbeSpec(n_examples=48, seq_len=256)), config,
                   model_name="SmolLM2-135M")
 
 

@@ -18,7 +18,7 @@ import torch
 
 import headtrace.screen
 from headtrace.models import ModelAdapter
-from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+from headtrace.probes import ProbeSpec, synthetic_induction
 from headtrace.screen import ScreenConfig, screen
 from models_zoo import tiny_model
 
@@ -70,12 +70,11 @@ def loop_calls(monkeypatch):
 
 @pytest.mark.parametrize("route", ["logsumexp", "widened"])
 @pytest.mark.parametrize("arch", ["gpt_neox", "llama"])
-def test_loop_has_no_host_sync_nor_host_copy(arch, route, loop_calls, monkeypatch):
-    monkeypatch.setattr(headtrace.screen, "READ_LOGSUMEXP", route == "logsumexp")
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=10, seq_len=64))
+def test_loop_has_no_host_sync_nor_host_copy(arch, route, loop_calls):
+    probe = synthetic_induction(ProbeSpec(n_examples=10, seq_len=64))
     progress = []
-    result = screen(ModelAdapter(tiny_model(arch)), probe, ScreenConfig(batch_size=4),
-                    progress=lambda done, total: progress.append(done))
+    result = screen(ModelAdapter(tiny_model(arch)), probe, ScreenConfig.of(batch_size=4),
+                    progress=lambda done, total: progress.append(done), route=route)
     assert progress == [4, 4, 2]  # the loop ran, over three micro-batches
     assert np.isfinite(result.heads.sel_induction).all()
     assert loop_calls == [], "host traffic inside the screen's loop:\n" + "\n".join(loop_calls)

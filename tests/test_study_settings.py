@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
 from headtrace.panel import load_panel, run_panel
-from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+from headtrace.probes import ProbeSpec, synthetic_induction
 from headtrace.schema import ScreenConfig
 from headtrace.screen import screen
 from headtrace.store import read_results
@@ -21,13 +20,13 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 def test_pr_examples_takes_pr_from_the_first_examples_only():
     """PR from the first 8 of 16 examples equals the PR of a screen of those 8 examples alone
     (the synthetic batch's first sequences do not depend on n), and differs from all 16's."""
-    small = synthetic_induction(SyntheticInductionSpec(n_examples=8, seq_len=64))
-    full = synthetic_induction(SyntheticInductionSpec(n_examples=16, seq_len=64))
+    small = synthetic_induction(ProbeSpec(n_examples=8, seq_len=64))
+    full = synthetic_induction(ProbeSpec(n_examples=16, seq_len=64))
     assert np.array_equal(full.input_ids[:8], small.input_ids)
     adapter = ModelAdapter(tiny_model("gpt_neox", 0))
-    subset = screen(adapter, full, ScreenConfig(n_examples=16, seq_len=64, pr_examples=8, batch_size=5)).heads
-    alone = screen(adapter, small, ScreenConfig(n_examples=8, seq_len=64)).heads
-    every = screen(adapter, full, ScreenConfig(n_examples=16, seq_len=64)).heads
+    subset = screen(adapter, full, ScreenConfig.of(n_examples=16, seq_len=64, pr_examples=8, batch_size=5)).heads
+    alone = screen(adapter, small, ScreenConfig.of(n_examples=8, seq_len=64)).heads
+    every = screen(adapter, full, ScreenConfig.of(n_examples=16, seq_len=64)).heads
     np.testing.assert_allclose(subset.pr, alone.pr, rtol=1e-6)
     np.testing.assert_allclose(subset.pr_cov, alone.pr_cov, rtol=1e-6)
     assert not np.allclose(subset.pr, every.pr, rtol=1e-3)
@@ -35,10 +34,10 @@ def test_pr_examples_takes_pr_from_the_first_examples_only():
 
 
 def test_pr_examples_is_hashed_and_checked():
-    assert ScreenConfig(pr_examples=500).config_hash != ScreenConfig().config_hash
-    assert ScreenConfig(pr_examples=500).config_hash != ScreenConfig(pr_examples=499).config_hash
+    assert ScreenConfig.of(pr_examples=500).config_hash != ScreenConfig().config_hash
+    assert ScreenConfig.of(pr_examples=500).config_hash != ScreenConfig.of(pr_examples=499).config_hash
     with pytest.raises(HeadtraceError, match=r"pr-examples must be between 1 and n-examples \(2000\)"):
-        ScreenConfig(pr_examples=2001).validate()
+        ScreenConfig.of(pr_examples=2001).validate()
 
 
 def test_study_panel_files_parse_with_their_settings():
@@ -51,7 +50,7 @@ def test_study_panel_files_parse_with_their_settings():
     assert {m.id: study.screen_for(m.id).dtype for m in study.models} == {
         "EleutherAI/pythia-1b": "float32", "allenai/OLMo-1B-0724-hf": "float16",
         "allenai/OLMoE-1B-7B-0924": "float16"}
-    assert study.screen.pr_examples == 500 and study.screen.n_examples == 2000
+    assert study.screen.pr_examples == 500 and study.screen.probe.n_examples == 2000
     assert [m.revisions for m in study.models] == [m.revisions for m in default.models]
     assert study.expectations == default.expectations == {
         "EleutherAI/pythia-1b": {"F2": "gradual"}, "allenai/OLMo-1B-0724-hf": {"F2": "sharp"},

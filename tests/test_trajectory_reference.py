@@ -17,7 +17,7 @@ from headtrace.cli import main
 from headtrace.errors import HeadtraceError
 from headtrace.reference import import_reference
 from headtrace.store import read_results
-from headtrace.trajectory import (TrajectoryConfig, final_circuit, findings, layer_table, model_panels, pr_elevation,
+from headtrace.trajectory import (TrajectoryConfig, final_circuit, findings, layer_table, model_trajectories, pr_elevation,
                                   recall, revision_table)
 
 REFERENCE = Path(__file__).parent / "data" / "reference" / "pythia-1b"
@@ -107,7 +107,7 @@ def test_induction_heads_per_revision(panel):
 
 
 def test_final_circuit_and_recall(panel):
-    model = model_panels(*panel)[0]
+    model = model_trajectories(*panel)[0]
     config = TrajectoryConfig()
     assert set(final_circuit(model, config)) == {"L4H4", "L7H0", "L7H1"}
     per_revision = recall(model, config)

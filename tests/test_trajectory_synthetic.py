@@ -10,7 +10,7 @@ import pytest
 
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS
-from headtrace.store import read_results, write_shard
+from headtrace.store import read_results, ResultsDir
 from headtrace.trajectory import TrajectoryConfig, findings, revision_table, write_findings
 
 STEP_TOKENS = 1e9
@@ -197,7 +197,7 @@ def test_panel_expectation_reaches_findings_and_the_report(tmp_path, monkeypatch
     results = tmp_path / "results"
     heads = make_heads(4, model="org/ramp", sel_first=sink_selectivity([0, 4, 8, 12]))
     for _, shard in heads.groupby("revision"):
-        write_shard(results, shard, shard[["model", "revision", "tokens"]].iloc[:1])
+        ResultsDir(results).write_shard(shard, shard[["model", "revision", "tokens"]].iloc[:1])
     panel = tmp_path / "panel.toml"
     panel.write_text('name = "p"\n[[models]]\nid = "org/ramp"\nsource = "local"\npath = "."\n'
                      'revisions = "all"\nexpect = { F2 = "sharp" }\n')
@@ -302,7 +302,7 @@ def test_two_models_in_one_results_directory(tmp_path):
     for heads in (sharp, ramp):
         for revision, shard in heads.groupby("revision"):
             run = shard[["model", "revision", "tokens"]].iloc[:1].assign(top1=0.5)
-            write_shard(tmp_path, shard, run)
+            ResultsDir(tmp_path).write_shard(shard, run)
     table = write_findings(tmp_path)
     status = table.set_index(["model", "finding"])["status"]
     assert status["org/sharp", "F2"] == "sharp" and status["org/ramp", "F2"] == "gradual"
@@ -318,15 +318,15 @@ def test_findings_on_real_screen_output(tmp_path):
     from models_zoo import tiny_model
 
     from headtrace.models import ModelAdapter
-    from headtrace.probes import SyntheticInductionSpec, synthetic_induction
+    from headtrace.probes import ProbeSpec, synthetic_induction
     from headtrace.screen import ScreenConfig, screen
 
-    probe = synthetic_induction(SyntheticInductionSpec(n_examples=16, seq_len=64))
-    config = ScreenConfig(n_examples=16, seq_len=64)
+    probe = synthetic_induction(ProbeSpec(n_examples=16, seq_len=64))
+    config = ScreenConfig.of(n_examples=16, seq_len=64)
     for step, seed in ((1, 0), (2, 1)):
         result = screen(ModelAdapter(tiny_model("gpt_neox", seed)), probe, config, model_name="tiny",
                         revision=f"step{step}", tokens=step * 1e6)
-        write_shard(tmp_path, result.heads, result.run)
+        ResultsDir(tmp_path).write_shard(result.heads, result.run)
     heads, runs = read_results(tmp_path)
     table = revision_table(heads, runs)
     for column, screened in (("screen_sink", "n_sink_heads"), ("screen_induction_circuit", "n_induction_heads"),

@@ -12,11 +12,11 @@ the whole probe (every example and position, measured in the clean pass). Condit
     layers    every head of the circuit's layers (upper bound)
     single    each circuit head alone
 
-Circuits: the screen's all-head sets (`CIRCUITS`; previous-token is the reference's shipped circuit),
+Circuits: the screen's all-head sets (`schema.HEAD_SETS`; previous-token is the reference's shipped circuit),
 `pr-top:K` (the K heads of highest time-integrated PR over the revisions stored in the results
 directory, as the study ranked them), or a head list.
 
-Metrics per condition at the query (screen.CapabilityAccumulator): top-1, top-5, loss, mean logit of
+Metrics per condition at the query (hooks.CapabilityAccumulator): top-1, top-5, loss, mean logit of
 the answer. The deciding metric is top-1 when the clean top-1 is at least `MIN_TOP1` (there is room
 to fall), else the loss; `AblationConfig.metric` sets it instead. damage = clean - ablated (top-1)
 or ablated - clean (loss); the differential is damage(circuit) - mean damage(random seeds), with a
@@ -33,10 +33,7 @@ per condition (the reference for tests and benchmarks/ablation_batching.py).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,68 +45,17 @@ import torch
 
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
+from headtrace.hooks import CapabilityAccumulator, head_output_hooks, micro_batches
 from headtrace.models import HeadLayout, LayerInput, ModelAdapter, head_id
 from headtrace.probes import Probe
-from headtrace.screen import CapabilityAccumulator, ScreenConfig, head_output_hooks, micro_batches
+from headtrace.schema import HEAD_SETS, AblationConfig, Head, ScreenConfig, check_heads_exist, parse_circuit
 from headtrace.spectral import time_integrated_pr
 
-Head = tuple[int, int]  # (layer, head)
 Progress = Callable[[int, int], None]
 
-# The screen's all-head sets (schema.add_labels). previous-token is the reference's shipped circuit
-# (best class previous-token and >= 100x); previous-token-any is every head at >= 100x.
-CIRCUITS = {"induction": "induction_circuit", "previous-token": "previous_circuit",
-            "previous-token-any": "previous_any", "sink": "sink"}
-PR_TOP = re.compile(r"^pr-top:(\d+)$")  # the K heads of highest time-integrated PR over a panel's revisions
-MODES = ("zero", "mean")
-DECIDING = ("auto", "top1", "loss")  # auto: top1 when the clean top-1 is >= MIN_TOP1, else loss
 CONDITIONS = ("clean", "circuit", "random", "layers", "single")
 METRICS = CapabilityAccumulator.METRICS
 MIN_TOP1 = 0.1  # below this clean top-1, top-1 cannot fall far enough to decide: the loss decides
-_HEAD = re.compile(r"^L(\d+)H(\d+)$")
-
-
-@dataclass(frozen=True)
-class AblationConfig:
-    """What an ablation does; `config_hash` (with the screen's) covers every field that changes results."""
-
-    circuit: str = "induction"  # a CIRCUITS name | pr-top:K | a head list "L2H11,L4H12"
-    seeds: int = 20  # matched-random draws
-    mode: str = "zero"  # zero | mean
-    seed: int = 0  # base seed of the random draws and the bootstrap
-    n_bootstrap: int = 2000
-    singles: bool = True  # also ablate each circuit head alone
-    stack: int = 8  # conditions per forward (memory, not results)
-    cache_mb: int = 2048  # keep the clean pass's residual stream when it fits (speed, not results)
-    metric: str = "auto"  # the deciding metric: auto (decided_by) | top1 | loss
-
-    _NOT_HASHED = ("stack", "cache_mb")
-
-    def validate(self) -> None:
-        if self.mode not in MODES:
-            raise HeadtraceError(f"unknown ablation mode '{self.mode}'; use zero or mean")
-        if self.seeds < 1:
-            raise HeadtraceError(f"seeds must be >= 1 (got {self.seeds})")
-        if self.n_bootstrap < 1:
-            raise HeadtraceError(f"n-bootstrap must be >= 1 (got {self.n_bootstrap})")
-        if self.stack < 1:
-            raise HeadtraceError(f"stack must be >= 1 (got {self.stack})")
-        if self.metric not in DECIDING:
-            raise HeadtraceError(f"unknown metric '{self.metric}'; use top1 or loss (or auto)")
-        name = self.circuit.strip()
-        if (match := PR_TOP.match(name)) and int(match[1]) < 1:
-            raise HeadtraceError(f"{name}: K must be >= 1, e.g. pr-top:5")
-        if name not in CIRCUITS and not match:  # a head list: its syntax now, its range once the model is loaded
-            parse_heads(name, HeadLayout(n_layers=10**9, n_heads=10**9, n_kv_heads=1, head_dim=1))
-
-    def to_dict(self) -> dict:
-        """The hashed fields; metric only when set, so ablations stored before it existed keep their hash."""
-        return {k: v for k, v in dataclasses.asdict(self).items()
-                if k not in self._NOT_HASHED and not (k == "metric" and v == "auto")}
-
-    def config_hash(self, screen: ScreenConfig) -> str:
-        payload = json.dumps({"ablation": self.to_dict(), "screen": screen.config_hash}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -146,29 +92,9 @@ def heads_text(heads) -> str:
     return ",".join(head_id(l, h) for l, h in sorted(heads))
 
 
-def parse_heads(text: str, layout: HeadLayout, model: str = "the model") -> tuple[Head, ...]:
-    """'L2H11,L4H12' -> ((2, 11), (4, 12)); every head must exist in `layout`."""
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise HeadtraceError(f"the circuit is empty: give {', '.join(CIRCUITS)}, pr-top:K or heads like L2H11,L4H12")
-    heads = set()
-    valid = (f"valid heads are L0H0..L{layout.n_layers - 1}H{layout.n_heads - 1} "
-             f"({layout.n_layers} layers x {layout.n_heads} heads)")
-    for name in names:
-        match = _HEAD.match(name)
-        if not match:
-            raise HeadtraceError(f"bad head '{name}' in circuit '{text}': write heads as L<layer>H<head> "
-                                 f"(e.g. L2H11,L4H12) or use one of {', '.join(CIRCUITS)}, pr-top:K")
-        layer, head = int(match[1]), int(match[2])
-        if layer >= layout.n_layers or head >= layout.n_heads:
-            raise HeadtraceError(f"head {name} does not exist in {model}: {valid}")
-        heads.add((layer, head))
-    return tuple(sorted(heads))
-
-
 def circuit_from_screen(heads: pd.DataFrame, circuit: str) -> tuple[Head, ...]:
-    """The all-head set a screen's table names (induction_circuit, previous_circuit or sink)."""
-    chosen = heads.loc[heads[CIRCUITS[circuit]].astype(bool)]
+    """The heads of one of the screen's head sets (schema.HEAD_SETS) in a heads table."""
+    chosen = heads.loc[heads[HEAD_SETS[circuit]].astype(bool)]
     return tuple(sorted((int(l), int(h)) for l, h in zip(chosen["layer"], chosen["head"])))
 
 
@@ -207,21 +133,6 @@ def pr_top_circuit(out: str | Path | None, model: str, k: int) -> tuple[tuple[He
             f"time-integrated PR over {n_revisions} revisions in {out}")
 
 
-def stored_screen(out: str | Path | None, model: str, revision: str | None, screen: ScreenConfig) -> pd.DataFrame | None:
-    """The heads table stored under `out` for (model, revision) with this screen config, else None."""
-    from headtrace.store import HEADS, RUNS, shard_name
-
-    if out is None:
-        return None
-    name = shard_name(model, revision or "")
-    heads, run = Path(out) / HEADS / name, Path(out) / RUNS / name
-    if not (heads.is_file() and run.is_file()):
-        return None
-    if str(pd.read_parquet(run, columns=["config_hash"]).config_hash.iloc[0]) != screen.config_hash:
-        return None
-    return pd.read_parquet(heads)
-
-
 # --------------------------------------------------------------------------------------------
 # Conditions.
 
@@ -244,7 +155,7 @@ def conditions_for(circuit: tuple[Head, ...], layout: HeadLayout, config: Ablati
     if not circuit:
         raise HeadtraceError("the circuit is empty: nothing to ablate")
     conditions = [Condition("clean", ()), Condition("circuit", circuit)]
-    for s in range(config.seeds):
+    for s in range(config.draws):
         heads, shortfall = matched_random(circuit, layout.n_heads, np.random.default_rng([config.seed, 0, s]))
         conditions.append(Condition("random", heads, seed=s, shortfall=shortfall))
     layers = sorted({l for l, _ in circuit})
@@ -446,7 +357,7 @@ def ablate(
         circuit=config.circuit, circuit_heads=heads_text(circuit), mode=config.mode,
         verdict="necessary" if low > 0 else "not shown", decided_by=metric, differential=point,
         differential_low=low, differential_high=high, probe=probe.description.get("kind", "custom"),
-        n_examples=probe.n, seq_len=probe.seq_len, n_seeds=config.seeds, n_bootstrap=config.n_bootstrap,
+        n_examples=probe.n, seq_len=probe.seq_len, n_seeds=config.draws, n_bootstrap=config.n_bootstrap,
         screen_config_hash=screen_config.config_hash, config_hash=config.config_hash(screen_config),
         config_json=json.dumps(config.to_dict(), sort_keys=True), headtrace_version=__version__,
     )
@@ -471,26 +382,28 @@ def resolve_circuit(
     """The circuit's heads and where they came from: a given list, a stored screen under `out`
     (same model, revision and screen config), or a screen run now (stored under `out` if given)."""
     from headtrace.screen import screen
-    from headtrace.store import write_shard
+    from headtrace.store import ResultsDir
 
-    name = config.circuit.strip()
+    spec = parse_circuit(config.circuit)
     label = f"{model_name}" + (f"@{revision}" if revision else "")
-    if match := PR_TOP.match(name):
-        heads, source = pr_top_circuit(out, model_name, int(match[1]))
+    if spec.pr_top:
+        heads, source = pr_top_circuit(out, model_name, spec.pr_top)
         if max(l for l, _ in heads) >= adapter.layout.n_layers or max(h for _, h in heads) >= adapter.layout.n_heads:
             raise HeadtraceError(f"the PR ranking in '{out}' names heads that {label} does not have; is it "
                                  "another model's?")
         return heads, source
-    if name not in CIRCUITS:
-        return parse_heads(name, adapter.layout, label or "the model"), "given"
-    heads = stored_screen(out, model_name, revision, screen_config)
+    if spec.heads:
+        check_heads_exist(spec.heads, adapter.layout.n_layers, adapter.layout.n_heads, label)
+        return spec.heads, "given"
+    name = spec.head_set
+    heads = ResultsDir(out).stored_screen(model_name, revision, screen_config.config_hash) if out else None
     source = "stored screen"
     if heads is None:
         result = screen(adapter, probe, screen_config, model_name=model_name, revision=revision, tokens=tokens,
                         progress=progress)
         heads, source = result.heads, "screened"
         if out is not None:
-            write_shard(out, result.heads, result.run)
+            ResultsDir(out).write_shard(result.heads, result.run)
     circuit = circuit_from_screen(heads, name)
     if not circuit:
         raise HeadtraceError(f"the {name} circuit of {label} is empty (no head passes its screen threshold): nothing "
@@ -520,9 +433,9 @@ def ablate_checkpoint(
     >>> ablate_checkpoint("EleutherAI/pythia-160m", "step3000").table  # doctest: +SKIP
     """
     from headtrace.models import load_model, load_tokenizer
-    from headtrace.screen import build_probe
+    from headtrace.probes import build_probe
     from headtrace.sources import checkpoint_location
-    from headtrace.store import write_ablation
+    from headtrace.store import ResultsDir
 
     config.validate()
     screen_config.validate()
@@ -531,7 +444,7 @@ def ablate_checkpoint(
     adapter = adapter or load_model(location, revision=hub_revision, dtype=screen_config.dtype,
                                     device=screen_config.device, trust_remote_code=trust_remote_code,
                                     cache_dir=cache_dir)
-    probe = probe or build_probe(screen_config,
+    probe = probe or build_probe(screen_config.probe,
                                  lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
     name = name or model
     circuit, source = resolve_circuit(config, adapter, probe, screen_config, name, revision, tokens, out,
@@ -539,18 +452,5 @@ def ablate_checkpoint(
     result = ablate(adapter, probe, circuit, config, screen_config, name, revision, tokens, progress=progress)
     result.circuit_source = source
     if out is not None:
-        write_ablation(out, result.table)
+        ResultsDir(out).write_ablation(result.table)
     return result
-
-
-def ablation_done(out: str | Path, model: str, revision: str | None, config: AblationConfig,
-                  screen: ScreenConfig) -> bool:
-    """Whether `out` already holds this (model, revision)'s ablation with this config (resume)."""
-    from headtrace.store import ablation_path
-
-    path = ablation_path(out, model, revision)
-    try:
-        stored = pd.read_parquet(path, columns=["config_hash"])
-    except Exception:  # absent, unreadable or from another schema: compute it again
-        return False
-    return len(stored) > 0 and str(stored.config_hash.iloc[0]) == config.config_hash(screen)

@@ -6,6 +6,8 @@ model import them when they run."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import shlex
 import sys
 from contextlib import contextmanager
@@ -149,7 +151,7 @@ def print_screen_summary(result, all_heads: bool = False) -> None:
                      + ", ".join(f"{cls} {ceiling_text(value)}" for cls, value in ceilings.items()))
     out_console.print("\n".join(lines), highlight=False)
     if ceilings:
-        warn_ceilings(ScreenConfig(**json.loads(run.config_json)), ceilings)
+        warn_ceilings(ScreenConfig.of(**json.loads(run.config_json)), ceilings)
     if summary["underflow_heads"]:
         out_console.print(
             f"[yellow]warning:[/] {summary['underflow_heads']} heads have a baseline below 1e-8 or the smallest "
@@ -184,33 +186,52 @@ def _heads_text(heads: list[str], limit: int = 12) -> str:
 MODEL = typer.Argument(..., help="Hub id, local directory, or .gguf file.")
 REVISION = typer.Option(None, help="Hub revision (branch, tag or commit), or the checkpoint subfolder of a local "
                         "folder of checkpoints.")
-N_EXAMPLES = typer.Option(2000, "--n-examples", "-n", help="Probe sequences.")
-SEQ_LEN = typer.Option(256, help="Probe sequence length T.")
-BATCH_SIZE = typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results).")
-DEVICE = typer.Option("cpu", help="auto (cuda, else mps, else cpu), cpu, cuda[:N] or mps.")
-DTYPE = typer.Option("float32", help="auto (the checkpoint's), float32|fp32, bfloat16|bf16 or float16|fp16.")
-PROBE_SEED = typer.Option(42, "--seed", help="Probe seed.")
-ID_LOW = typer.Option(100, help="Lowest filler token id.")
-ID_HIGH = typer.Option(10000, help="Filler ids are drawn below this.")
-PREPEND_BOS = typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS).")
-PROBE = typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts).")
-TEXTS = typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl.")
-BASELINE = typer.Option("reference", help="reference (the study's 50 positions) or clean (without each example's "
-                        "own targets: no selectivity ceiling; docs/definitions.md).")
 TRUST_REMOTE_CODE = typer.Option(False, help="Let transformers run the model repository's own code.")
 CACHE_DIR = typer.Option(None, help="Hub cache folder [HF_HUB_CACHE].")
 NAME = typer.Option(None, help="The model's name in tables and file names [the hub id, or a local folder's name].")
 
 
-def _screen_config(n_examples: int, seq_len: int, seed: int, id_low: int, id_high: int, prepend_bos: bool,
-                   probe: str, texts: Optional[Path], baseline: str, dtype: str, device: str, batch_size: int):
-    from headtrace.schema import ScreenConfig
+# The screen config's options (parameter -> its ScreenConfig field, type and option), shared by every
+# command that screens; `with_screen_options` adds them to a command as one `config: ScreenConfig`.
+SCREEN_OPTIONS: dict[str, tuple[str, type, object]] = {
+    "n_examples": ("n_examples", int, typer.Option(2000, "--n-examples", "-n", help="Probe sequences.")),
+    "seq_len": ("seq_len", int, typer.Option(256, help="Probe sequence length T.")),
+    "batch_size": ("batch_size", int, typer.Option(16, "--batch-size", "-b",
+                                                   help="Micro-batch size (memory, not results).")),
+    "device": ("device", str, typer.Option("cpu", help="auto (cuda, else mps, else cpu), cpu, cuda[:N] or mps.")),
+    "dtype": ("dtype", str, typer.Option("float32", help="auto (the checkpoint's), float32|fp32, bfloat16|bf16 or "
+                                         "float16|fp16.")),
+    "probe_seed": ("seed", int, typer.Option(42, "--seed", help="Probe seed.")),
+    "id_low": ("id_low", int, typer.Option(100, help="Lowest filler token id.")),
+    "id_high": ("id_high", int, typer.Option(10000, help="Filler ids are drawn below this.")),
+    "prepend_bos": ("prepend_bos", bool, typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS).")),
+    "probe": ("probe", str, typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts).")),
+    "texts": ("texts", Optional[Path], typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl.")),
+    "baseline": ("baseline", str, typer.Option("reference", help="reference (the study's 50 positions) or clean "
+                                               "(without each example's own targets: no selectivity ceiling; "
+                                               "docs/definitions.md).")),
+}
 
-    config = ScreenConfig(n_examples=n_examples, seq_len=seq_len, seed=seed, id_low=id_low, id_high=id_high,
-                          prepend_bos=prepend_bos, probe=probe, texts=str(texts) if texts else None,
-                          baseline=baseline, dtype=dtype, device=device, batch_size=batch_size)
-    config.validate()
-    return config
+
+def with_screen_options(command: Callable) -> Callable:
+    """Add the screen config's options to a command, which receives them as one validated `config`."""
+    signature = inspect.signature(command)
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+             for name, (_, kind, option) in SCREEN_OPTIONS.items()]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs):
+        from headtrace.schema import ScreenConfig
+
+        flat = {field: kwargs.pop(name) for name, (field, _, _) in SCREEN_OPTIONS.items()}
+        flat["texts"] = str(flat["texts"]) if flat["texts"] else None
+        config = ScreenConfig.of(**flat)
+        config.validate()
+        return command(config=config, **kwargs)
+
+    own = [p for p in signature.parameters.values() if p.name != "config"]
+    wrapper.__signature__ = signature.replace(parameters=own + added)
+    return wrapper
 
 
 def _default_name(model: str) -> str:
@@ -228,21 +249,11 @@ def _label(model: str, revision: Optional[str]) -> str:
 
 
 @app.command()
+@with_screen_options
 def screen(
+    config,
     model: str = MODEL,
     revision: Optional[str] = REVISION,
-    n_examples: int = N_EXAMPLES,
-    seq_len: int = SEQ_LEN,
-    batch_size: int = BATCH_SIZE,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    seed: int = PROBE_SEED,
-    id_low: int = ID_LOW,
-    id_high: int = ID_HIGH,
-    prepend_bos: bool = PREPEND_BOS,
-    probe: str = PROBE,
-    texts: Optional[Path] = TEXTS,
-    baseline: str = BASELINE,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write Parquet results into this directory."),
     name: Optional[str] = NAME,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
@@ -256,8 +267,6 @@ def screen(
     from headtrace.store import check_writable
 
     _quiet_transformers()
-    config = _screen_config(n_examples, seq_len, seed, id_low, id_high, prepend_bos, probe, texts, baseline, dtype,
-                            device, batch_size)
     location, hub_revision, _ = checkpoint_location(model, revision)
     cache = str(cache_dir) if cache_dir else None
     with console.status(f"checking {escape(model)}"):
@@ -376,7 +385,7 @@ def demo(
     for model, organism in organisms.items():
         _train_with_progress(organism, paths.organism(model), model, threads)
     models = {m: str(paths.organism(m).relative_to(out)) for m in organisms}
-    paths.panel.write_text(panel_toml("demo", screen_config, models, ablation_seeds=10))
+    paths.panel.write_text(panel_toml("demo", screen_config, models, ablation_draws=10))
     run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
         gpus_per_task=None, cpus_per_task=1.0, max_retries=3)
     write_findings(paths.results)
@@ -412,7 +421,7 @@ def _family_demo(out: Path, n_seeds: int, first_seed: int, steps: Optional[int],
     check_writable(out)
     out.mkdir(parents=True, exist_ok=True)
     paths.panel.write_text(family_panel_toml("demo", screen_config, list(range(first_seed, first_seed + n_seeds)),
-                                             steps, ablation_seeds=10))
+                                             steps, ablation_draws=10))
     train_pending(load_panel(paths.panel), lambda organism, folder, label: _train_with_progress(organism, folder,
                                                                                                  label, threads))
     run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
@@ -451,11 +460,12 @@ def _print_organism_trajectories(results_dir: Path) -> None:
 
 
 def print_ablation(result) -> None:
-    """The conditions' metrics (matched-random seeds as mean and range), the deciding metric, the
-    differential and the verdict."""
+    """The conditions' metrics (the matched-random draws as mean and 2.5-97.5 percentile range, as
+    the report shows them), the deciding metric, the differential and the verdict."""
     import json
 
     from headtrace.ablation import MIN_TOP1
+    from headtrace.schema import random_draws_summary
 
     table = result.table
     first = table.iloc[0]
@@ -465,7 +475,7 @@ def print_ablation(result) -> None:
     metrics = ("top1", "top5", "loss", "mean_logit_answer")
     deciding = metrics.index(first.decided_by)
     shown.columns[2 + deciding].header += "*"
-    shown.caption = "* the deciding metric"
+    shown.caption = "* the deciding metric; 95%: the draws' 2.5-97.5 percentiles"
 
     def add(label: str, heads: str, values) -> None:
         shown.add_row(label, heads, *values)
@@ -476,9 +486,10 @@ def print_ablation(result) -> None:
         add(row.condition, row.heads or "-", [f"{getattr(row, m):.3f}" for m in metrics])
         if row.condition == "circuit":
             random = table[table.condition == "random"]
-            heads = f"{len(random)} seeds, {int(random.n_ablated.iloc[0])} heads each"
-            add("random (mean)", heads, [f"{random[m].mean():.3f}" for m in metrics])
-            add("random (min-max)", "", [f"{random[m].min():.3f}-{random[m].max():.3f}" for m in metrics])
+            heads = f"{len(random)} draws, {int(random.n_ablated.iloc[0])} heads each"
+            summaries = [random_draws_summary(random[m]) for m in metrics]
+            add("random (mean)", heads, [f"{mean:.3f}" for mean, _, _ in summaries])
+            add("random (95%)", "", [f"{low:.3f}-{high:.3f}" for _, low, high in summaries])
     out_console.print(shown)
     shortfall = int(table.shortfall.max())
     if shortfall:
@@ -492,20 +503,23 @@ def print_ablation(result) -> None:
     out_console.print(f"deciding metric: {first.decided_by} ({why})", highlight=False)
     out_console.print(
         f"differential ({first.decided_by}; damage(circuit) - damage(random)): {first.differential:+.4f} "
-        f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and seeds) "
+        f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and draws) "
         f"-> [{style}]{first.verdict}[/]   (circuit: {first.circuit_heads}, from {result.circuit_source}; "
         f"{int(first.n_examples)} examples, {result.wall_s:.1f} s)", highlight=False)
 
 
 @app.command()
+@with_screen_options
 def ablate(
+    config,
     model: str = MODEL,
     circuit: str = typer.Option(..., help="induction, previous-token (best class previous-token, >= 100x), "
                                 "previous-token-any (>= 100x), sink (the screen's all-head sets); pr-top:K (the K "
                                 "heads of highest time-integrated PR over the revisions in --out); or heads like "
                                 "L2H11,L4H12."),
     revision: Optional[str] = REVISION,
-    seeds: int = typer.Option(20, help="Matched-random draws (same layers, same count per layer)."),
+    draws: int = typer.Option(20, "--draws", "--seeds", help="Matched-random head sets (same layers, same count "
+                              "per layer), each drawn with its own seed."),
     mode: str = typer.Option("zero", help="zero, or mean (the head's mean output over the probe)."),
     seed: int = typer.Option(0, "--ablation-seed", help="Seed of the random draws and the bootstrap."),
     n_bootstrap: int = typer.Option(2000, help="Bootstrap resamples for the differential's interval."),
@@ -513,18 +527,6 @@ def ablate(
     metric: str = typer.Option("auto", help="Deciding metric: top1 or loss [auto: top1 when the clean top-1 "
                                "is >= 0.1, else loss]."),
     stack: int = typer.Option(8, help="Conditions per forward pass (memory, not results)."),
-    n_examples: int = N_EXAMPLES,
-    seq_len: int = SEQ_LEN,
-    batch_size: int = BATCH_SIZE,
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    probe_seed: int = PROBE_SEED,
-    id_low: int = ID_LOW,
-    id_high: int = ID_HIGH,
-    prepend_bos: bool = PREPEND_BOS,
-    probe: str = PROBE,
-    texts: Optional[Path] = TEXTS,
-    baseline: str = BASELINE,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory: reads a stored screen from it "
                                        "and writes ablations/<model>@<revision>.parquet."),
     name: Optional[str] = NAME,
@@ -538,9 +540,7 @@ def ablate(
     from headtrace.store import check_writable
 
     _quiet_transformers()
-    config = _screen_config(n_examples, seq_len, probe_seed, id_low, id_high, prepend_bos,
-                            probe, texts, baseline, dtype, device, batch_size)
-    ablation = AblationConfig(circuit=circuit, seeds=seeds, mode=mode, seed=seed, n_bootstrap=n_bootstrap,
+    ablation = AblationConfig(circuit=circuit, draws=draws, mode=mode, seed=seed, n_bootstrap=n_bootstrap,
                               singles=singles, stack=stack, metric=metric)
     ablation.validate()
     location, hub_revision, _ = checkpoint_location(model, revision)
@@ -642,7 +642,7 @@ def report(
     with console.status(f"drawing the report of {escape(str(results))}"):
         page = build_report(results, out)
     console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)", highlight=False, markup=False)
-class PanelDisplay:
+class RunProgress:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 
     def __init__(self, progress: Progress, name: str):
@@ -657,8 +657,8 @@ class PanelDisplay:
         done, todo = len(plan.skipped), len(plan.computed) + len(plan.recomputed)
         console.print(f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
                       + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
-                      + (f", {len(plan.to_ablate)} to ablate" if plan.to_ablate else "")
-                      + (f" ({len(plan.ablations_skipped)} ablations done)" if plan.ablations_skipped else ""))
+                      + "".join(f", {len(t.todo)} to run {name}" + (f" ({len(t.kept)} done)" if t.kept else "")
+                                for name, t in plan.stages.items() if t.todo or t.kept))
         for gap in plan.missing:
             console.print(f"[yellow]missing:[/] {escape(gap.text())}", highlight=False)
         self.done, self.total = done, len(plan.planned)
@@ -729,7 +729,7 @@ def run(
     columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())
     with on_interrupt(kept), Progress(*columns, console=console) as progress:
-        display = PanelDisplay(progress, spec.name)
+        display = RunProgress(progress, spec.name)
         ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
                          max_retries=max_retries)
         result = run_panel(spec, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch,
@@ -739,18 +739,19 @@ def run(
                       f"weight files as {escape(same)}; the source may serve the wrong checkpoint for one of them "
                       "(cf. Pythia issue #205)", highlight=False)
     console.print(f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
-                  + (f", {len(result.ablated)} ablated" if result.ablated else "")
+                  + "".join(f", {len(t.done)} {name} done" for name, t in result.stages.items() if t.done)
                   + f"); summary: headtrace results {out}", highlight=False, markup=False)
-    for label, error in result.ablation_failed.items():
-        console.print(f"[bold yellow]ablation not run[/] for {escape(label)}: {escape(error)}", highlight=False)
+    for name, tally in result.stages.items():
+        for label, error in tally.failed.items():
+            console.print(f"[bold yellow]{name} not run[/] for {escape(label)}: {escape(error)}", highlight=False)
     if result.stopped_by:
         raise WorkFailed(f"the panel stopped at {result.stopped_by} (re-run the same command once "
                          "that is fixed: finished revisions are kept)")
-    if result.failed or result.ablation_failed:
-        failed = [f"{len(result.failed)} of {len(result.planned)} revisions failed ({', '.join(result.failed)})"
-                  if result.failed else "",
-                  f"{len(result.ablation_failed)} ablations did not run ({', '.join(result.ablation_failed)})"
-                  if result.ablation_failed else ""]
+    failed = [f"{len(result.failed)} of {len(result.planned)} revisions failed ({', '.join(result.failed)})"
+              if result.failed else ""]
+    failed += [f"{name} did not run for {', '.join(t.failed)}"
+               for name, t in result.stages.items() if t.failed]
+    if any(failed):
         raise WorkFailed("; ".join(f for f in failed if f) + "; fix the cause and re-run the same command: "
                          "finished revisions are kept")
 

@@ -22,3 +22,7 @@ class DiskFull(HeadtraceError):
     """No space left for checkpoints or results: a panel stops at once (finished shards are kept)."""
 
     exit_code = EXIT_FAILED
+
+
+class ResultsNotWritable(HeadtraceError):
+    """The results folder refused a write (full, read-only, permissions): a panel stops at once."""

@@ -1,6 +1,6 @@
-"""How a panel's tasks run. A task is one (model, revision): fetch its checkpoint, screen it, write
-one Parquet shard atomically, run the panel's ablation on it when asked (its own Parquet file, also
-atomic), then release the downloaded files (unless they are to be kept).
+"""How a panel's tasks run. A task is one (model, revision): fetch its checkpoint, load it and build
+the probe once, run its stages on it (stages.py: the screen writes the shard, then e.g. the
+ablation), then release the downloaded files (unless they are to be kept).
 
 - `run_local`: tasks in order in this process. While one revision is screened the next one
   downloads in a background thread (one ahead, so at most two revisions are on disk at once).
@@ -9,7 +9,8 @@ atomic), then release the downloaded files (unless they are to be kept).
   with fractional GPUs, one task downloads while another screens on the same GPU.
 
 Both yield a `TaskResult` per task as it ends, in completion order. A failed task does not stop
-the others, except `DiskFull` and failures to write results, which stop the panel.
+the others, except `DiskFull` and failures to write results, which stop the panel. `EXECUTORS`
+finds one by name (`headtrace run --executor`).
 """
 
 from __future__ import annotations
@@ -17,17 +18,16 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol, Sequence
 
-from headtrace.ablation import AblationConfig, ablate_checkpoint
-from headtrace.errors import DiskFull, HeadtraceError
-from headtrace.families import tag
-from headtrace.models import load_model, load_tokenizer
+from headtrace.errors import DiskFull, HeadtraceError, ResultsNotWritable
+from headtrace.registry import Registry
 from headtrace.revisions import Revision
-from headtrace.screen import SCHEMA_VERSION, ScreenConfig, build_probe, screen
+from headtrace.schema import ScreenConfig
 from headtrace.sources import ByteProgress, Checkpoint, CheckpointSource
-from headtrace.store import shard_name, write_shard
+from headtrace.stages import CheckpointContext, ScreenStage, Stage
+from headtrace.store import ResultsDir, shard_name
 
 ScreenProgress = Callable[[int, int], None]  # (examples just done, examples in total)
 
@@ -38,8 +38,7 @@ class Task:
 
     source: CheckpointSource
     revision: Revision
-    screen: bool = True  # screen and write the shard (False: it is already written with this config)
-    ablate: bool = False  # then run the panel's ablation on it (reusing the stored screen)
+    stages: tuple[str, ...] = ("screen",)  # the stages to run on it, in order (the others' results are stored)
 
     @property
     def label(self) -> str:
@@ -52,14 +51,15 @@ class Task:
 
 @dataclass
 class TaskResult:
-    """How a task ended: its run record (one row, as written), or an error message."""
+    """How a task ended: the screen's run record (one row, as written) or the error that stopped the
+    task, and what each later stage said (its summary) or why it did not run."""
 
     task: Task
-    run: dict | None = None  # None when the task only ablated
+    run: dict | None = None  # None when the screen was already stored
     error: str | None = None
     fatal: bool = False  # the panel cannot go on (disk full, results not writable)
-    ablation: str | None = None  # the verdict, when the task ablated
-    ablation_error: str | None = None  # the screen is written but its ablation could not run
+    stages: dict[str, str] = field(default_factory=dict)  # stage -> its summary (the ablation's verdict)
+    stage_errors: dict[str, str] = field(default_factory=dict)  # stage -> why it did not run
 
 
 class Reporter(Protocol):
@@ -97,7 +97,7 @@ class TaskSettings:
     config: ScreenConfig
     out: str
     keep_checkpoints: bool = False
-    ablation: AblationConfig | None = None
+    stages: tuple[Stage, ...] = (ScreenStage(),)  # every stage a task may name, by its name
     model_configs: tuple[tuple[str, ScreenConfig], ...] = ()  # per-model screen configs (a panel model's dtype)
     members: tuple[tuple[str, str, int], ...] = ()  # (model, family, seed) of seed families' members
 
@@ -118,70 +118,50 @@ def fetch(task: Task, reporter: Reporter) -> Checkpoint | TaskResult:
 
 
 def complete(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter) -> TaskResult:
-    """Screen a fetched checkpoint, write its shard, release its files (also when it failed)."""
+    """Run a fetched checkpoint's stages, then release its files (also when they failed)."""
     try:
-        return _screen_and_write(task, checkpoint, settings, reporter)
+        return _run_stages(task, checkpoint, settings, reporter)
     finally:
         if not settings.keep_checkpoints:
             task.source.release(checkpoint)
 
 
-def _screen_and_write(
-    task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter
-) -> TaskResult:
+def _run_stages(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter) -> TaskResult:
+    """Load the checkpoint and its probe once; run the task's stages in order. A failed screen ends
+    the task; a later stage's failure is recorded and the next stage still runs."""
+    from headtrace.models import load_model, load_tokenizer
+    from headtrace.probes import build_probe
+
     config = settings.config_for(task.source.name)
     try:
         started = time.perf_counter()
         adapter = load_model(checkpoint.path, dtype=config.dtype, device=config.device)
         load_s = time.perf_counter() - started
-        probe = build_probe(config, lambda: load_tokenizer(checkpoint.path))
+        probe = build_probe(config.probe, lambda: load_tokenizer(checkpoint.path))
     except HeadtraceError as exc:
         return TaskResult(task, error=str(exc), fatal=isinstance(exc, DiskFull))
-    outcome = _screen(task, checkpoint, settings, reporter, adapter, probe, load_s) if task.screen else TaskResult(task)
-    if task.ablate and settings.ablation is not None and not outcome.error:
-        try:  # the circuit comes from the screen stored for this config (written just now, or before)
-            result = ablate_checkpoint(task.source.name, task.revision.name, config, settings.ablation,
-                                       out=settings.out, tokens=task.revision.tokens, adapter=adapter, probe=probe,
-                                       progress=reporter.screening(f"{task.label} ablation"))
-            outcome.ablation = result.verdict
+    context = CheckpointContext(
+        model=task.source.name, revision=task.revision, adapter=adapter, probe=probe, config=config,
+        results=ResultsDir(settings.out), source=checkpoint.source, checkpoint_hash=checkpoint.checkpoint_hash,
+        downloaded_bytes=checkpoint.downloaded_bytes, fetch_s=checkpoint.fetch_s, load_s=load_s,
+        member=settings.member(task.source.name),
+        progress=lambda step: reporter.screening(f"{task.label} {step}".strip()))
+    stages = {stage.name: stage for stage in settings.stages}
+    outcome = TaskResult(task)
+    for name in task.stages:
+        try:
+            result = stages[name].run(context)
         except HeadtraceError as exc:
-            outcome.ablation_error = str(exc)
-            outcome.fatal = isinstance(exc, DiskFull)
+            if name == ScreenStage.name:  # without its screen, nothing else of this task can run
+                return TaskResult(task, error=str(exc), fatal=isinstance(exc, (DiskFull, ResultsNotWritable)))
+            outcome.stage_errors[name] = str(exc)
+            outcome.fatal = outcome.fatal or isinstance(exc, DiskFull)
+            continue
+        if name == ScreenStage.name:
+            outcome.run = result.record
+        else:
+            outcome.stages[name] = result.summary
     return outcome
-
-
-def _screen(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter, adapter, probe,
-            load_s: float) -> TaskResult:
-    config = settings.config_for(task.source.name)
-    try:
-        result = screen(
-            adapter,
-            probe,
-            config,
-            model_name=task.source.name,
-            revision=task.revision.name,
-            tokens=task.revision.tokens,
-            progress=reporter.screening(task.label),
-        )
-    except HeadtraceError as exc:
-        return TaskResult(task, error=str(exc), fatal=isinstance(exc, DiskFull))
-    run = result.run.assign(
-        source=checkpoint.source,
-        checkpoint_hash=checkpoint.checkpoint_hash,
-        downloaded_bytes=checkpoint.downloaded_bytes,
-        fetch_s=checkpoint.fetch_s,
-        load_s=load_s,
-        schema_version=SCHEMA_VERSION,
-        finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    )
-    heads, member = result.heads, settings.member(task.source.name)
-    if member is not None:
-        heads, run = tag(heads, *member), tag(run, *member)
-    try:
-        write_shard(settings.out, heads, run)
-    except HeadtraceError as exc:  # the results directory itself failed: no point going on
-        return TaskResult(task, error=str(exc), fatal=True)
-    return TaskResult(task, run=run.iloc[0].to_dict())
 
 
 def run_task(task: Task, settings: TaskSettings, reporter: Reporter | None = None) -> TaskResult:
@@ -194,39 +174,40 @@ def run_task(task: Task, settings: TaskSettings, reporter: Reporter | None = Non
 
 
 class _Prefetch:
-    """Fetches one task's checkpoint in a daemon thread (a stopped panel never waits for a download)."""
+    """Fetches one task's checkpoint in a daemon thread. A stopped panel does not wait for it:
+    `abandon` releases its files, at once if the download is done or else when it ends (files
+    the user keeps are kept; a process that exits first leaves only the hub's partial download)."""
 
-    def __init__(self, task: Task, reporter: Reporter):
-        self.task = task
+    def __init__(self, task: Task, reporter: Reporter, keep: bool):
+        self.task, self.keep = task, keep
         self._outcome: Checkpoint | TaskResult | None = None
+        self._abandoned = False
+        self._lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._run, args=(reporter,), daemon=True, name=f"headtrace-fetch {task.label}"
         )
         self._thread.start()
 
     def _run(self, reporter: Reporter) -> None:
-        self._outcome = fetch(self.task, reporter)
+        outcome = fetch(self.task, reporter)
+        with self._lock:
+            self._outcome, abandoned = outcome, self._abandoned
+        if abandoned:
+            self._release(outcome)
 
     def result(self) -> Checkpoint | TaskResult:
         self._thread.join()
         return self._outcome
 
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned, outcome = True, self._outcome
+        if outcome is not None:
+            self._release(outcome)
 
-def run_local(
-    tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, prefetch: bool = True
-) -> Iterator[TaskResult]:
-    """Run tasks in order here; with `prefetch`, the next one downloads while this one is screened."""
-    ahead = _Prefetch(tasks[0], reporter) if prefetch and tasks else None
-    for index, task in enumerate(tasks):
-        checkpoint = ahead.result() if ahead else fetch(task, reporter)
-        upcoming = tasks[index + 1] if index + 1 < len(tasks) else None
-        ahead = _Prefetch(upcoming, reporter) if prefetch and upcoming else None
-        if isinstance(checkpoint, TaskResult):
-            result = checkpoint
-        else:
-            result = complete(task, checkpoint, settings, reporter)
-        reporter.finished(result)
-        yield result
+    def _release(self, outcome: Checkpoint | TaskResult) -> None:
+        if isinstance(outcome, Checkpoint) and not self.keep:
+            self.task.source.release(outcome)
 
 
 @dataclass(frozen=True)
@@ -240,12 +221,42 @@ class RayOptions:
     num_cpus: int | None = None  # size of a local cluster (default: all cores)
 
 
-def run_ray(
-    tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, options: RayOptions
-) -> Iterator[TaskResult]:
+@dataclass(frozen=True)
+class ExecutionOptions:
+    """How an executor runs a panel's tasks (each executor reads its own fields)."""
+
+    prefetch: bool = True  # local: download the next revision while this one is screened
+    ray: RayOptions = RayOptions()  # ray: where and how
+
+
+def run_local(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter,
+              options: ExecutionOptions = ExecutionOptions()) -> Iterator[TaskResult]:
+    """Run tasks in order here; with `prefetch`, the next one downloads while this one is screened."""
+    keep = settings.keep_checkpoints
+    ahead = _Prefetch(tasks[0], reporter, keep) if options.prefetch and tasks else None
+    try:
+        for index, task in enumerate(tasks):
+            checkpoint = ahead.result() if ahead else fetch(task, reporter)
+            upcoming = tasks[index + 1] if index + 1 < len(tasks) else None
+            ahead = _Prefetch(upcoming, reporter, keep) if options.prefetch and upcoming else None
+            if isinstance(checkpoint, TaskResult):
+                result = checkpoint
+            else:
+                result = complete(task, checkpoint, settings, reporter)
+            reporter.finished(result)
+            yield result
+    finally:  # the panel stopped early (a fatal error, Ctrl-C): the next download is not kept
+        if ahead is not None:
+            ahead.abandon()
+
+
+def run_ray(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter,
+            options: ExecutionOptions = ExecutionOptions()) -> Iterator[TaskResult]:
     """Run every task as a Ray task; results arrive as tasks end. A Ray connection this process
     already has is used as it is; otherwise one is made (and closed at the end)."""
     import ray
+
+    options = options.ray
 
     started_here = not ray.is_initialized()
     if started_here:
@@ -288,3 +299,9 @@ def _ray_cause(exc: Exception) -> str:
         return f"{type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
     return lines[-1] if lines else type(exc).__name__
+
+
+Executor = Callable[[Sequence[Task], TaskSettings, Reporter, ExecutionOptions], Iterator[TaskResult]]
+EXECUTORS: Registry[Executor] = Registry("executor")
+EXECUTORS.add("local", run_local)
+EXECUTORS.add("ray", run_ray)

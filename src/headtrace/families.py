@@ -32,14 +32,13 @@ import pandas as pd
 from headtrace.errors import HeadtraceError
 from headtrace.revisions import Revision, select
 from headtrace.trajectory import (AS_EXPECTED, DIFFERS, DOES_NOT_HOLD, GRADUAL, HOLDS, NOT_MEASURABLE, SHARP,
-                                  ModelPanel, TrajectoryConfig, final_circuit, milestones, model_panels, tokens_label)
+                                  ModelTrajectory, TrajectoryConfig, final_circuit, milestones, model_trajectories, tokens_label)
 
 if TYPE_CHECKING:
     from headtrace.organism.train import Organism
 
 SEED = "{seed}"
 VARY = ("both", "data", "weights")  # what a member's seed sets: data order and init, or one of them
-MANIFEST = "manifest.json"
 _OUTCOMES = (HOLDS, DOES_NOT_HOLD, SHARP, GRADUAL, AS_EXPECTED, DIFFERS)  # tie order of a family's status
 Fail = Callable[[str | None, str], HeadtraceError]  # (key, message) -> an error naming the panel file and line
 
@@ -86,10 +85,10 @@ def expand(values: dict, fail: Fail) -> list[dict]:
     if SEED not in template:
         raise fail("id", f"a seed family's id names each member: put {SEED} in it, e.g. "
                          f"'{template}-seed{SEED}'")
-    if source != "hub" and SEED not in path:
+    if path is not None and SEED not in path:
         raise fail("path", f"every member needs its own folder: put {SEED} in path, e.g. 'organisms/dense-s{SEED}'")
     if seed0 is not None:
-        if source != "hub":
+        if path is not None:
             raise fail("seed0", f"seed0 names the hub id of seed 0; for {source} folders put 0 in seeds")
         if 0 in seeds:
             raise fail("seed0", "seed 0 is both in seeds and named by seed0: drop one")
@@ -241,7 +240,9 @@ def manifest_entry(models: Sequence, gaps: Sequence[Gap]) -> dict:
 
 def read_gaps(results_dir: str | Path) -> list[Gap]:
     """The gaps `headtrace run` recorded in DIR/manifest.json (none when it has no record)."""
-    path = Path(results_dir) / MANIFEST
+    from headtrace.store import ResultsDir
+
+    path = ResultsDir(results_dir).manifest
     try:
         entries = json.loads(path.read_text()).get("missing") or []
         return [Gap(**e) for e in entries]
@@ -329,7 +330,7 @@ def members(runs: pd.DataFrame) -> dict[str, dict[int, str]]:
     return {family: dict(sorted(seeds.items())) for family, seeds in found.items()}
 
 
-def across_seeds(panels: Sequence[ModelPanel], column: str) -> pd.DataFrame:
+def across_seeds(panels: Sequence[ModelTrajectory], column: str) -> pd.DataFrame:
     """Per revision of a family (training order): median, min and max of `column` over the members
     that have the revision (`n` of them; a member without it is left out, never filled)."""
     frames = [p.revisions[["revision", "tokens", column]].assign(model=p.name) for p in panels]
@@ -515,7 +516,7 @@ def circuit_layers(circuit: Sequence[str]) -> dict[int, int]:
     return dict(sorted(Counter(int(h[1:].split("H")[0]) for h in circuit).items()))
 
 
-def _circuit_row(family: str, seeds: dict[int, str], panels: dict[str, ModelPanel], rows: pd.DataFrame,
+def _circuit_row(family: str, seeds: dict[int, str], panels: dict[str, ModelTrajectory], rows: pd.DataFrame,
                  stones: pd.DataFrame, config: TrajectoryConfig, gaps: Sequence[Gap]) -> dict:
     """Which heads across seeds: each seed's own final circuit (identity does not carry over between
     seeds), its size and layers, and when it formed."""
@@ -529,7 +530,7 @@ def _circuit_row(family: str, seeds: dict[int, str], panels: dict[str, ModelPane
             entry["seeds"] += 1
             entry["heads"] += count
     layers = dict(sorted(layers.items()))
-    name = f"induction >= {config.timing_induction_count} heads at {config.induction_threshold:g}x"
+    name = f"induction >= {config.timing_induction_count} heads at {config.thresholds.induction_threshold:g}x"
     reached = stones.loc[stones.milestone == name].set_index("model")["tokens"]
     formed = Spread.of({s: reached.get(m) for s, m in seeds.items()})
     f4 = _per_seed(rows, "F4")
@@ -540,10 +541,10 @@ def _circuit_row(family: str, seeds: dict[int, str], panels: dict[str, ModelPane
                "complete_tokens": complete.as_dict(), "n_seeds": n, "n_with_circuit": with_circuit,
                "missing": [g.as_dict() for g in gaps]}
     where = ", ".join(f"layer {k} in {v['seeds']}/{n} seeds ({v['heads']} heads)" for k, v in layers.items())
-    statement = (f"{with_circuit}/{n} seeds have a final circuit (>= {config.induction_threshold:g}x at the seed's last "
+    statement = (f"{with_circuit}/{n} seeds have a final circuit (>= {config.thresholds.induction_threshold:g}x at the seed's last "
                  f"revision); heads in it: {size.text(_count, n)}" + (f"; {where}" if where else "")
                  + (f"; {name}: {formed.text(tokens_label, n)}" if formed.n else "")
-                 + (f"; whole final circuit >= {config.induction_threshold:g}x: {complete.text(tokens_label, n)}"
+                 + (f"; whole final circuit >= {config.thresholds.induction_threshold:g}x: {complete.text(tokens_label, n)}"
                     if complete.n else "")
                  + _missing_clause(gaps))
     status = f"circuit in {with_circuit}/{n}" if with_circuit else NOT_MEASURABLE
@@ -585,7 +586,7 @@ def with_family_rows(table: pd.DataFrame, heads: pd.DataFrame, runs: pd.DataFram
                           seed=pd.array([of.get(m, (None, None))[1] for m in table.model], dtype="Int64"))
     columns = ["model", "family", "seed"] + [c for c in table.columns if c != "model"]
     tagged = tagged[columns]
-    panels = {p.name: p for p in model_panels(heads, runs, config)}
+    panels = {p.name: p for p in model_trajectories(heads, runs, config)}
     stones = milestones(pd.concat([p.revisions for p in panels.values()], ignore_index=True), config)
     rows = []
     for family, seeds in families.items():

@@ -366,10 +366,9 @@ def preflight(model: str, config: ScreenConfig, revision: str | None = None, tru
                         n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads,
                         head_dim=getattr(hf_config, "head_dim", None) or hidden // n_heads)
     if circuit is not None:
-        from headtrace.ablation import CIRCUITS, PR_TOP, parse_heads
+        from headtrace.schema import check_heads_exist, parse_circuit
 
-        if circuit.strip() not in CIRCUITS and not PR_TOP.match(circuit.strip()):
-            parse_heads(circuit, layout, model)
+        check_heads_exist(parse_circuit(circuit).heads, layout.n_layers, layout.n_heads, model)
     check_weights(location, kwargs)
     return config, layout
 
@@ -382,17 +381,17 @@ def check_weights(location: str, kwargs: dict) -> None:
 
 def check_probe_fits(config: ScreenConfig, max_positions: int | None, vocab_size: int | None) -> None:
     """The synthetic probe's length and ids against the model's context and vocabulary."""
-    if config.probe != "synthetic":
+    if config.probe.kind != "synthetic":
         return
-    length = config.seq_len + (1 if config.prepend_bos else 0)
+    length = config.probe.seq_len + (1 if config.probe.prepend_bos else 0)
     if max_positions is not None and length > max_positions:
         raise HeadtraceError(
             f"probe length {length} exceeds the model's context of {max_positions} tokens; "
-            f"pass --seq-len {max_positions - (length - config.seq_len)} or less"
+            f"pass --seq-len {max_positions - (length - config.probe.seq_len)} or less"
         )
-    if vocab_size is not None and config.id_high > vocab_size:
+    if vocab_size is not None and config.probe.id_high > vocab_size:
         raise HeadtraceError(
-            f"probe token ids reach {config.id_high - 1} but the model's vocabulary has {vocab_size} entries; "
+            f"probe token ids reach {config.probe.id_high - 1} but the model's vocabulary has {vocab_size} entries; "
             f"pass --id-high {vocab_size} (a different batch, recorded in the config)"
         )
 

@@ -18,15 +18,17 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     # seeds = [1, 2, 3]                  # a seed family: {seed} in id (and path) names each member;
     # seed0 = "EleutherAI/pythia-160m"   # ... seed0 the hub id of seed 0; family = "name"; organisms:
     # train = true                       # ... train = true trains those missing, organism = { steps = 600 }
-    [ablation]                           # optional: circuit, seeds, mode, revisions
+    [ablation]                           # optional: a stage (stages.py): circuit, draws, mode, revisions
     [download]                           # optional: attempts, backoff_s, max_backoff_s (RetryPolicy)
 
 `run_panel` plans one task per (model, revision), checks every name before any work starts, skips
 shards already written with the same config hash, runs the rest on an executor (executors.py),
-and keeps `DIR/manifest.json` up to date. A seed family's entry expands into one model per seed,
-whose shards carry `family` and `seed` columns (families.py). With an `[ablation]` section, the selected revisions are
-ablated after their screen (the circuit comes from the stored screen) into DIR/ablations/; an
-ablation already stored with the same config is skipped, so a re-run resumes. A lock file stops two runs from sharing a directory.
+and keeps `DIR/manifest.json` up to date. Each further section names a registered stage (the
+ablation, or one a user adds) that runs on the selected revisions after their screen; a result
+already stored with the same config is kept, so a re-run resumes. A lock file stops two runs
+from sharing a directory. Planning is torch-free: the model code loads when a task runs. A seed
+family's entry expands into one model per seed, whose shards carry `family` and `seed` columns
+(families.py).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import os
 import re
 import socket
 import sys
-import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -49,37 +51,18 @@ from typing import Callable, Iterator, Sequence
 import pandas as pd
 
 from headtrace import __version__
-from headtrace.ablation import CIRCUITS as ABLATION_CIRCUITS
-from headtrace.ablation import AblationConfig, ablation_done
 from headtrace.errors import DiskFull, HeadtraceError
-from headtrace.executors import (
-    QuietReporter,
-    RayOptions,
-    Reporter,
-    Task,
-    TaskResult,
-    TaskSettings,
-    run_local,
-    run_ray,
-)
+from headtrace.executors import (EXECUTORS, ExecutionOptions, QuietReporter, RayOptions, Reporter, Task, TaskResult,
+                                 TaskSettings)
 from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members, train_pending
-from headtrace.screen import SCHEMA_VERSION, ScreenConfig
-from headtrace.sources import CheckpointSource, HubSource, LocalSource, RetryPolicy
-from headtrace.store import HEADS, RUNS, identical_weights, load_results, readable  # noqa: F401 (re-exported)
+from headtrace.schema import FLAT_TYPES, SCHEMA_VERSION, ScreenConfig
+from headtrace.sources import SOURCES, CheckpointSource, RetryPolicy
+from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
+from headtrace.store import RUNS, ResultsDir, identical_weights, utc_now, write_json_atomic
 from headtrace.trajectory import check_expectations
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
-MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
-LOCK = ".headtrace.lock"
-SOURCES = ("hub", "local", "organism")
 DTYPES = ("float32", "bfloat16", "float16")
-CIRCUITS = tuple(ABLATION_CIRCUITS)
-_HEAD_LIST = re.compile(r"^L\d+H\d+(,L\d+H\d+)*$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,23 +86,15 @@ class ModelSpec:
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
     def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
-        if self.source == "hub":
-            return HubSource(self.id, tokens_per_step=self.tokens_per_step, retry=retry)
-        return LocalSource(
-            self.path, model=self.id, tokens_per_step=self.tokens_per_step, organism=self.source == "organism"
-        )
+        return SOURCES.get(self.source).make(self.id, self.path, self.tokens_per_step, retry)
 
 
 @dataclass(frozen=True)
-class AblationSpec:
-    """The `[ablation]` section, validated; the ablation stage reads it from `Panel.ablation`.
+class StagePlan:
+    """A stage's section (e.g. `[ablation]`): the stage with its settings, and the revisions it
+    runs on: final (each model's last), all, or a list of names."""
 
-    circuit: induction | previous-token | sink | a head list like "L2H11,L4H12";
-    seeds: matched-random draws; mode: zero | mean; revisions: final | all | a list of names."""
-
-    circuit: str = "induction"
-    seeds: int = 20
-    mode: str = "zero"
+    stage: Stage
     revisions: str | tuple[str, ...] = "final"
 
 
@@ -128,7 +103,7 @@ class Panel:
     name: str
     models: tuple[ModelSpec, ...]
     screen: ScreenConfig
-    ablation: AblationSpec | None = None
+    stages: tuple[StagePlan, ...] = ()  # the stages after the screen, in the order the file names them
     retry: RetryPolicy = RetryPolicy()
     path: str | None = None
     sha256: str | None = None
@@ -150,9 +125,8 @@ _ROOT_KEYS = {
     "description": "str",
     "screen": "table",
     "models": "tables",
-    "ablation": "table",
     "download": "table",
-}
+}  # and a table per stage the file enables (STAGES: e.g. [ablation])
 _MODEL_KEYS = {
     "id": "str",
     "source": "str",
@@ -167,10 +141,7 @@ _MODEL_KEYS = {
     "train": "bool",
     "organism": "table",
 }
-_ABLATION_KEYS = {
-    f.name: ("revisions" if f.name == "revisions" else str(f.type)) for f in dataclasses.fields(AblationSpec)
-}
-_SCREEN_KEYS = {f.name: str(f.type) for f in dataclasses.fields(ScreenConfig)}
+_SCREEN_KEYS = FLAT_TYPES
 _DOWNLOAD_KEYS = {f.name: str(f.type) for f in dataclasses.fields(RetryPolicy)}
 
 
@@ -285,14 +256,15 @@ def load_panel(path: str | Path) -> Panel:
     except tomllib.TOMLDecodeError as exc:
         raise HeadtraceError(f"{path}: not valid TOML: {exc}") from None
     check = _Checker(path, _KeyLines(text))
-    document = check.table(document, _ROOT_KEYS, "", required=("models",))
+    stage_sections = {name: "table" for name in STAGES if name != ScreenStage.name}
+    document = check.table(document, {**_ROOT_KEYS, **stage_sections}, "", required=("models",))
     base = path.parent
 
     screen_values = check.table(document.get("screen", {}), _SCREEN_KEYS, "screen")
     if screen_values.get("texts"):
         screen_values["texts"] = str(base / screen_values["texts"])
-    screen = ScreenConfig(**screen_values)
     try:
+        screen = ScreenConfig.of(**screen_values)
         screen.validate()
     except HeadtraceError as exc:
         raise check.fail("screen", None, str(exc)) from None
@@ -304,14 +276,14 @@ def load_panel(path: str | Path) -> Panel:
             raise check.fail("", "models", "models must be an array of tables ([[models]])")
         values = check.table(entry, _MODEL_KEYS, table, required=("id", "revisions"))
         source = values.get("source", "hub")
-        check.choice(table, "source", source, SOURCES)
-        if source != "hub":
+        check.choice(table, "source", source, SOURCES.names())
+        if SOURCES.get(source).needs_path:
             if "path" not in values:
                 raise check.fail(table, None, f"model '{values['id']}' has source = \"{source}\" but no path")
             values["path"] = str((base / values["path"]).resolve())
         elif "path" in values:
             raise check.fail(
-                table, "path", f"model '{values['id']}' comes from the hub: drop path, or set source"
+                table, "path", f"model '{values['id']}' comes from the {source}: drop path, or set source"
             )
         if values.get("tokens_per_step") is not None and values["tokens_per_step"] <= 0:
             raise check.fail(table, "tokens_per_step", "tokens_per_step must be positive")
@@ -330,22 +302,8 @@ def load_panel(path: str | Path) -> Panel:
     if not models:
         raise check.fail("", "models", "the panel names no models: add a [[models]] table")
 
-    ablation = None
-    if "ablation" in document:
-        values = check.table(document["ablation"], _ABLATION_KEYS, "ablation")
-        ablation = AblationSpec(**values)
-        check.choice("ablation", "mode", ablation.mode, ("zero", "mean"))
-        if ablation.circuit not in CIRCUITS and not _HEAD_LIST.match(ablation.circuit):
-            raise check.fail(
-                "ablation",
-                "circuit",
-                f"circuit = '{ablation.circuit}' is not one of "
-                f"{', '.join(CIRCUITS)} nor a head list like 'L2H11,L4H12'",
-            )
-        if ablation.seeds < 1:
-            raise check.fail("ablation", "seeds", f"seeds must be >= 1 (got {ablation.seeds})")
-        if isinstance(ablation.revisions, str) and ablation.revisions not in ("final", "all"):
-            raise check.fail("ablation", "revisions", "revisions must be 'final', 'all' or a list of names")
+    stages = tuple(_stage_plan(check, name, values) for name, values in document.items()
+                   if name not in _ROOT_KEYS)
     retry = RetryPolicy(**check.table(document.get("download", {}), _DOWNLOAD_KEYS, "download"))
     if retry.attempts < 1 or retry.backoff_s < 0:
         raise check.fail("download", None, "attempts must be >= 1 and backoff_s >= 0")
@@ -353,11 +311,26 @@ def load_panel(path: str | Path) -> Panel:
         name=document.get("name", path.stem),
         models=tuple(models),
         screen=screen,
-        ablation=ablation,
+        stages=stages,
         retry=retry,
         path=str(path),
         sha256=hashlib.sha256(raw).hexdigest(),
     )
+
+
+def _stage_plan(check: _Checker, name: str, values) -> StagePlan:
+    """A stage's section: its settings (checked as the stage declares them) and its revisions."""
+    kind = STAGES.get(name)
+    values = check.table(values, {**kind.section_keys(), "revisions": "revisions"}, name)
+    revisions = values.pop("revisions", kind.default_revisions)
+    if isinstance(revisions, str) and revisions not in ("final", "all"):
+        raise check.fail(name, "revisions", "revisions must be 'final', 'all' or a list of names")
+    try:
+        return StagePlan(kind.from_section(values), revisions)
+    except SettingError as exc:
+        raise check.fail(name, exc.key, str(exc)) from None
+    except (HeadtraceError, TypeError, ValueError) as exc:
+        raise check.fail(name, None, str(exc)) from None
 
 
 def plan(panel: Panel, missing: list[Gap] | None = None, models: Sequence[ModelSpec] | None = None) -> list[Task]:
@@ -384,8 +357,8 @@ class OutputLock:
     """An exclusive lock on an output directory, held by an OS file lock (released when its process
     dies, so a dead run's lock is taken over); the file records who holds it, for the message."""
 
-    def __init__(self, out: Path):
-        self.path = out / LOCK
+    def __init__(self, out: ResultsDir):
+        self.path = out.lock
         self.previous_owner: dict | None = None  # a dead run's record, when its lock was taken over
         self._fd: int | None = None
 
@@ -409,7 +382,7 @@ class OutputLock:
         record = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "started": _now(),
+            "started": utc_now(),
             "command": " ".join(sys.argv),
         }
         os.ftruncate(fd, 0)
@@ -435,10 +408,6 @@ def _read_owner(fd: int) -> dict | None:
         return None
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
 def _newer(version: str) -> bool:
     from packaging.version import InvalidVersion, Version
 
@@ -448,9 +417,9 @@ def _newer(version: str) -> bool:
         return True
 
 
-def _check_written_by_us(out: Path, runs: pd.DataFrame) -> None:
+def _check_written_by_us(out: ResultsDir, runs: pd.DataFrame) -> None:
     """Refuse a directory that a newer headtrace (or results schema) wrote: we might misread it."""
-    manifest = out / MANIFEST
+    manifest = out.manifest
     if manifest.is_file():
         try:
             document = json.loads(manifest.read_text())
@@ -470,21 +439,6 @@ def _check_written_by_us(out: Path, runs: pd.DataFrame) -> None:
                 f"{row.headtrace_version}, newer than this {__version__}; upgrade headtrace or pick "
                 "another --out"
             )
-
-
-def _existing_runs(out: Path) -> pd.DataFrame:
-    """Every finished shard's run record (empty when there are none). A shard without its heads
-    table, or one whose files cannot be read, does not count: its task runs again and replaces it."""
-    import pyarrow
-
-    frames = []
-    for path in sorted((out / RUNS).glob("*.parquet")) if (out / RUNS).is_dir() else []:
-        try:
-            if readable(out / HEADS / path.name):
-                frames.append(pd.read_parquet(path).assign(shard=path.name))
-        except (OSError, pyarrow.ArrowException):
-            continue
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["shard", "config_hash"])
 
 
 _MANIFEST_COLUMNS = (
@@ -509,7 +463,7 @@ _MANIFEST_COLUMNS = (
 )
 
 
-def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[str, str],
+def _write_manifest(out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: dict[str, str],
                     missing: Sequence[Gap] = ()) -> None:
     runs = runs.assign(same_weights_as=identical_weights(runs))
     columns = [c for c in _MANIFEST_COLUMNS if c in runs]
@@ -517,22 +471,19 @@ def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[st
     document = {
         "schema": MANIFEST_SCHEMA,
         "headtrace_version": __version__,
-        "updated_at": _now(),
+        "updated_at": utc_now(),
         "panel": {"name": panel.name, "file": panel.path, "sha256": panel.sha256},
         "config_hash": panel.screen.config_hash,
         "config": panel.screen.to_dict(),
-        "ablation": dataclasses.asdict(panel.ablation) if panel.ablation else None,
+        "stages": {p.stage.name: {"revisions": p.revisions, **p.stage.describe()} for p in panel.stages},
         "shards": shards,
         "failed": [{"task": k, "error": v} for k, v in failed.items()],
         **manifest_entry(panel.models, missing),
     }
-    tmp = out / f".{MANIFEST}.tmp"
     try:
-        tmp.write_text(json.dumps(document, indent=1))
-        os.replace(tmp, out / MANIFEST)
+        write_json_atomic(document, out.manifest)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise DiskFull(f"cannot update '{out / MANIFEST}': {exc.strerror or exc}; free space and re-run the same "
+        raise DiskFull(f"cannot update '{out.manifest}': {exc.strerror or exc}; free space and re-run the same "
                        "command (finished shards are kept)") from None
 
 
@@ -541,7 +492,7 @@ def _write_manifest(out: Path, panel: Panel, runs: pd.DataFrame, failed: dict[st
 
 
 @dataclass
-class PanelRun:
+class RunOutcome:
     """What a `run_panel` call did."""
 
     out: Path
@@ -554,11 +505,18 @@ class PanelRun:
     stopped_by: str | None = None  # the error that stopped the panel (disk full, results not writable)
     identical: list[tuple[str, str, str]] = field(default_factory=list)  # (model, revision, same weights as)
     stale_lock: dict | None = None
-    to_ablate: list[str] = field(default_factory=list)  # shards whose ablation runs in this call
-    ablations_skipped: list[str] = field(default_factory=list)  # ablations already done with this config
-    ablated: list[str] = field(default_factory=list)
-    ablation_failed: dict[str, str] = field(default_factory=dict)  # task label -> why its ablation did not run
+    stages: dict[str, "StageTally"] = field(default_factory=dict)  # per stage after the screen
     missing: list[Gap] = field(default_factory=list)  # revisions of its family's selection a member lacks
+
+
+@dataclass
+class StageTally:
+    """What a run did with one stage after the screen."""
+
+    todo: list[str] = field(default_factory=list)  # shards it runs on in this call
+    kept: list[str] = field(default_factory=list)  # shards whose result is already stored with this config
+    done: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # task label -> why it did not run
 
 
 def run_panel(
@@ -569,15 +527,14 @@ def run_panel(
     prefetch: bool = True,
     ray: RayOptions = RayOptions(),
     reporter: Reporter | None = None,
-    on_start: Callable[[PanelRun], None] | None = None,
-) -> PanelRun:
+    on_start: Callable[[RunOutcome], None] | None = None,
+) -> RunOutcome:
     """Screen every (model, revision) of a panel into `out`, skipping shards already done.
 
     All revision names are checked before any work starts; organisms of `train = true` entries are
     trained first (families.train_pending). `on_start` sees the plan (what will be skipped and
     recomputed) before the first task runs."""
-    if executor not in ("local", "ray"):
-        raise HeadtraceError(f"unknown executor '{executor}'; use local or ray")
+    EXECUTORS.get(executor)
     train_pending(panel)
     missing: list[Gap] = []
     tasks = plan(panel, missing)
@@ -587,13 +544,14 @@ def run_panel(
     except OSError as exc:
         raise HeadtraceError(f"cannot create output directory '{out}': {exc.strerror or exc}") from None
     reporter = reporter or QuietReporter()
-    with OutputLock(out) as lock:
-        runs = _existing_runs(out)
-        _check_written_by_us(out, runs)
-        result = PanelRun(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing)
+    results = ResultsDir(out)
+    with OutputLock(results) as lock:
+        runs = results.existing_runs()
+        _check_written_by_us(results, runs)
+        result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing)
         written = dict(zip(runs.shard, runs.config_hash))
-        ablation = ablation_config(panel.ablation)
-        targets = ablation_targets(panel, tasks)
+        targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}
+        result.stages = {p.stage.name: StageTally() for p in panel.stages}
         todo = []
         for task in tasks:
             config = panel.screen_for(task.source.name)
@@ -602,18 +560,23 @@ def run_panel(
                 result.skipped.append(task.shard)
             else:
                 (result.recomputed if task.shard in written else result.computed).append(task.shard)
-            ablate = task.shard in targets and not (
-                screened and ablation_done(out, task.source.name, task.revision.name, ablation, config))
-            if ablate:
-                result.to_ablate.append(task.shard)
-            elif task.shard in targets:
-                result.ablations_skipped.append(task.shard)
-            if ablate or not screened:
-                todo.append(dataclasses.replace(task, screen=not screened, ablate=ablate))
+            names = [] if screened else [ScreenStage.name]
+            for stage_plan in panel.stages:
+                name, tally = stage_plan.stage.name, result.stages[stage_plan.stage.name]
+                if task.shard not in targets[name]:
+                    continue
+                if screened and stage_plan.stage.done(results, task.source.name, task.revision.name, config):
+                    tally.kept.append(task.shard)
+                else:
+                    tally.todo.append(task.shard)
+                    names.append(name)
+            if names:
+                todo.append(dataclasses.replace(task, stages=tuple(names)))
         if on_start:
             on_start(result)
         runs = runs.set_index("shard", drop=False)
-        for outcome in _execute(todo, panel, out, executor, keep_checkpoints, prefetch, ray, reporter):
+        options = ExecutionOptions(prefetch=prefetch, ray=ray)
+        for outcome in _execute(todo, panel, out, executor, keep_checkpoints, options, reporter):
             if outcome.error:
                 result.failed[outcome.task.label] = outcome.error
             elif outcome.run is not None:
@@ -622,17 +585,17 @@ def run_panel(
                 same = identical_weights(runs).get(outcome.task.shard)
                 if same:
                     reporter.warn(f"{outcome.task.label} has the same weight files as {same}")
-            if outcome.ablation:
-                result.ablated.append(outcome.task.shard)
-            if outcome.ablation_error:
-                result.ablation_failed[outcome.task.label] = outcome.ablation_error
-                reporter.warn(f"{outcome.task.label}: ablation not run: {outcome.ablation_error}")
-            _write_manifest(out, panel, runs, result.failed, missing)
+            for name in outcome.stages:
+                result.stages[name].done.append(outcome.task.shard)
+            for name, error in outcome.stage_errors.items():
+                result.stages[name].failed[outcome.task.label] = error
+                reporter.warn(f"{outcome.task.label}: {name} not run: {error}")
+            _write_manifest(results, panel, runs, result.failed, missing)
             if outcome.fatal:
                 result.stopped_by = f"{outcome.task.label}: {outcome.error}"
                 break
         if not todo:
-            _write_manifest(out, panel, runs, result.failed, missing)
+            _write_manifest(results, panel, runs, result.failed, missing)
     mine = runs[runs.shard.isin({t.shard for t in tasks})]
     result.identical = [
         (r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s
@@ -640,16 +603,8 @@ def run_panel(
     return result
 
 
-def ablation_config(spec: AblationSpec | None) -> AblationConfig | None:
-    """The ablation stage's config for a panel's `[ablation]` section."""
-    return None if spec is None else AblationConfig(circuit=spec.circuit, seeds=spec.seeds, mode=spec.mode)
-
-
-def ablation_targets(panel: Panel, tasks: list[Task]) -> set[str]:
-    """Shards to ablate: each model's last planned revision (final), every one (all), or the named ones."""
-    spec = panel.ablation
-    if spec is None:
-        return set()
+def stage_targets(panel: Panel, spec: StagePlan, tasks: list[Task]) -> set[str]:
+    """Shards a stage runs on: each model's last planned revision (final), every one (all), or the named ones."""
     if spec.revisions == "all":
         return {t.shard for t in tasks}
     if spec.revisions == "final":  # most tokens; where tokens are unknown, the last one listed
@@ -663,7 +618,7 @@ def ablation_targets(panel: Panel, tasks: list[Task]) -> set[str]:
     names = set(spec.revisions)
     unknown = names - {t.revision.name for t in tasks}
     if unknown:
-        raise HeadtraceError(f"{panel.path or panel.name}: [ablation] revisions {', '.join(sorted(unknown))} are not "
+        raise HeadtraceError(f"{panel.path or panel.name}: [{spec.stage.name}] revisions {', '.join(sorted(unknown))} are not "
                              "among the panel's revisions; pick from the models' revisions")
     return {t.shard for t in tasks if t.revision.name in names}
 
@@ -673,22 +628,12 @@ def _with_row(runs: pd.DataFrame, outcome: TaskResult) -> pd.DataFrame:
     return pd.concat([runs.drop(index=outcome.task.shard, errors="ignore"), row]) if len(runs) else row
 
 
-def _execute(
-    tasks: list[Task],
-    panel: Panel,
-    out: Path,
-    executor: str,
-    keep: bool,
-    prefetch: bool,
-    ray: RayOptions,
-    reporter: Reporter,
-) -> Iterator[TaskResult]:
+def _execute(tasks: list[Task], panel: Panel, out: Path, executor: str, keep: bool, options: ExecutionOptions,
+             reporter: Reporter) -> Iterator[TaskResult]:
     if not tasks:
         return iter(())
     settings = TaskSettings(config=panel.screen, out=str(out), keep_checkpoints=keep,
-                            ablation=ablation_config(panel.ablation),
+                            stages=(ScreenStage(), *(p.stage for p in panel.stages)),
                             model_configs=tuple((m.id, panel.screen_for(m.id)) for m in panel.models if m.dtype),
                             members=tuple((m.id, m.family, m.seed) for m in panel.models if m.family))
-    if executor == "ray":
-        return run_ray(tasks, settings, reporter, ray)
-    return run_local(tasks, settings, reporter, prefetch=prefetch)
+    return EXECUTORS.get(executor)(tasks, settings, reporter, options)

@@ -1,7 +1,7 @@
 """Probe batches: token ids plus, per example, the query position and every class's target positions.
 
 The screen only reads a `Probe`, so any batch that names a query and its targets can be screened.
-Two builders ship: the synthetic induction batch of the reference study (DESIGN.md §2), reproduced
+Two builders ship: the synthetic induction batch of the reference study (docs/definitions.md), reproduced
 draw for draw, and a natural-text induction probe built from any corpus with the model's tokenizer.
 """
 
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from headtrace.errors import HeadtraceError
+from headtrace.registry import Registry
 
 # Selectivity classes in table order (ties in the best class keep this order).
 CLASSES: tuple[str, ...] = ("induction", "duplicate-token", "previous-token", "first-token", "self", "local")
@@ -198,31 +199,41 @@ def _null_positions(query: np.ndarray, avoid: Sequence[np.ndarray], seed: int) -
 
 
 @dataclass(frozen=True)
-class SyntheticInductionSpec:
-    """The reference's synthetic induction batch (DESIGN.md §2)."""
+class ProbeSpec:
+    """Which batch a screen runs: the probe's kind, its size and token ids, and the baseline that
+    selectivity divides by (docs/definitions.md)."""
 
+    kind: str = "synthetic"  # synthetic (the reference's batch) | natural (induction in a text corpus)
     n_examples: int = 2000
-    seq_len: int = 256
+    seq_len: int = 256  # synthetic: the sequence length before BOS; natural: the longest text kept
     seed: int = 42
     id_low: int = 100
     id_high: int = 10000
-    bos_token_id: int | None = None  # prepend this token (sequence grows by one)
+    prepend_bos: bool = False
+    texts: str | None = None  # natural: a .txt (blank-line separated) or .jsonl ("text") file
+    baseline: str = "reference"  # reference | clean (docs/definitions.md, "The baseline and its ceiling")
 
     def validate(self) -> None:
+        kind = PROBES.get(self.kind)
         if self.n_examples < 1:
             raise HeadtraceError(f"n-examples must be >= 1 (got {self.n_examples})")
-        if self.seq_len < 2 * 21 + 2:
-            raise HeadtraceError(
-                f"seq-len must be >= 44 so the first pair fits in [20, T/2) (got {self.seq_len})"
-            )
-        if self.id_high - self.id_low < 2:
-            raise HeadtraceError(f"id range [{self.id_low}, {self.id_high}) must hold at least 2 ids")
-        if self.id_low < 0:
-            raise HeadtraceError(f"id-low must be >= 0 (got {self.id_low})")
+        if self.baseline not in BASELINES:
+            raise HeadtraceError(f"unknown baseline '{self.baseline}'; use {' or '.join(BASELINES)}")
+        kind.check(self)
 
 
-def synthetic_induction(spec: SyntheticInductionSpec = SyntheticInductionSpec()) -> Probe:
-    """Build the synthetic induction batch exactly as the reference does, draw for draw."""
+def _check_synthetic(spec: ProbeSpec) -> None:
+    if spec.seq_len < 2 * 21 + 2:
+        raise HeadtraceError(f"seq-len must be >= 44 so the first pair fits in [20, T/2) (got {spec.seq_len})")
+    if spec.id_high - spec.id_low < 2:
+        raise HeadtraceError(f"id range [{spec.id_low}, {spec.id_high}) must hold at least 2 ids")
+    if spec.id_low < 0:
+        raise HeadtraceError(f"id-low must be >= 0 (got {spec.id_low})")
+
+
+def synthetic_induction(spec: ProbeSpec = ProbeSpec(), bos_token_id: int | None = None) -> Probe:
+    """Build the synthetic induction batch exactly as the reference does, draw for draw; with
+    `bos_token_id`, that token is prepended (the sequence grows by one)."""
     spec.validate()
     n, T, lo, hi = spec.n_examples, spec.seq_len, spec.id_low, spec.id_high
     rng = np.random.RandomState(spec.seed)
@@ -246,8 +257,8 @@ def synthetic_induction(spec: SyntheticInductionSpec = SyntheticInductionSpec())
 
     ab = _recover_ab(ids, answer, T - 1)
     offset = 0
-    if spec.bos_token_id is not None:
-        ids = np.concatenate([np.full((n, 1), spec.bos_token_id, dtype=np.int64), ids], axis=1)
+    if bos_token_id is not None:
+        ids = np.concatenate([np.full((n, 1), bos_token_id, dtype=np.int64), ids], axis=1)
         offset = 1
     query_pos = T - 1 + offset
     query = np.full(n, query_pos, dtype=np.int64)
@@ -263,7 +274,7 @@ def synthetic_induction(spec: SyntheticInductionSpec = SyntheticInductionSpec())
         local=np.tile(query_pos - np.array(LOCAL_OFFSETS, dtype=np.int64), (n, 1)),
         baseline=np.tile(base, (n, 1)),
         null=_null_positions(query, (induction, duplicate), NULL_SEED),
-        description={"kind": "synthetic-induction", **spec.__dict__},
+        description={"kind": "synthetic-induction", **dataclasses.asdict(spec), "bos_token_id": bos_token_id},
     )
 
 
@@ -364,3 +375,52 @@ def read_texts(path: str) -> list[str]:
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise HeadtraceError(f"'{path}' is not JSON lines with a \"text\" field ({exc})") from None
     return [doc.strip() for doc in content.split("\n\n") if doc.strip()]
+
+
+# --------------------------------------------------------------------------------------------
+# The probe registry: `ProbeSpec.kind` names one of these (a panel's `probe = ...`, `--probe`).
+
+TokenizerLoader = Callable[[], object]
+
+
+@dataclass(frozen=True)
+class ProbeKind:
+    """How to build one kind of probe from a spec (the tokenizer is loaded only if `build` calls
+    the loader), and what to check in the spec before any model loads."""
+
+    build: Callable[[ProbeSpec, TokenizerLoader], Probe]
+    check: Callable[[ProbeSpec], None] = lambda spec: None
+    needs_tokenizer: bool = False  # its positions depend on the tokenizer (no ceilings before loading)
+
+
+PROBES: Registry[ProbeKind] = Registry("probe")
+
+
+def _build_synthetic(spec: ProbeSpec, tokenizer_loader: TokenizerLoader) -> Probe:
+    bos = None
+    if spec.prepend_bos:
+        bos = tokenizer_loader().bos_token_id
+        if bos is None:
+            raise HeadtraceError("the tokenizer has no BOS token; drop --prepend-bos")
+    return synthetic_induction(spec, bos)
+
+
+def _build_natural(spec: ProbeSpec, tokenizer_loader: TokenizerLoader) -> Probe:
+    return natural_text_induction(read_texts(spec.texts), tokenizer_loader(), max_len=spec.seq_len,
+                                  max_examples=spec.n_examples, prepend_bos=spec.prepend_bos)
+
+
+def _check_natural(spec: ProbeSpec) -> None:
+    if not spec.texts:
+        raise HeadtraceError("the natural probe needs --texts FILE (a .txt or .jsonl corpus)")
+
+
+PROBES.add("synthetic", ProbeKind(_build_synthetic, _check_synthetic))
+PROBES.add("natural", ProbeKind(_build_natural, _check_natural, needs_tokenizer=True))
+
+
+def build_probe(spec: ProbeSpec, tokenizer_loader: TokenizerLoader) -> Probe:
+    """The probe a spec describes, with its baseline (the tokenizer is loaded only when needed)."""
+    spec.validate()
+    probe = PROBES.get(spec.kind).build(spec, tokenizer_loader)
+    return clean_baseline(probe) if spec.baseline == "clean" else probe

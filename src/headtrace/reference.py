@@ -122,7 +122,7 @@ def _screen_tables(data: dict, path: Path, pr: PRTrajectory | None) -> tuple[pd.
         heads[f"sel_{key}"] = [float(selectivity[g].get(name, np.nan)) for g in grid]
     heads["sel_null"] = np.nan
     config = ScreenConfig()
-    add_labels(heads, config)
+    add_labels(heads, config.thresholds)
     heads["sink_score"] = np.nan
     heads["gu_sink"] = pd.array([None] * len(grid), dtype="boolean")
     pr_values = pr.pr.get(revision, {}) if pr else {}
@@ -205,9 +205,9 @@ def import_reference(files: Sequence[str | Path], out: str | Path, warn: Warn | 
     """Convert reference files into results shards under `out`; returns the run files written.
 
     Every file is read and checked before the first shard is written; `warn` as in `reference_tables`."""
-    from headtrace.store import write_shard
+    from headtrace.store import ResultsDir
 
-    return [write_shard(out, heads, run) for heads, run in reference_tables(files, warn)]
+    return [ResultsDir(out).write_shard(heads, run) for heads, run in reference_tables(files, warn)]
 
 
 def provenance(runs: pd.DataFrame) -> list[str]:

@@ -1,13 +1,14 @@
 """The screen: every head classified in one streamed pass over a probe.
 
-How a pass works. headtrace registers an attention implementation with transformers that wraps
+How a pass works. For the duration of a screen, the model's attention runs through an attention
+function bound to that screen (`_ProbeAttention`, routed by hooks.attention_function): it wraps
 SDPA and measures, for every head, the attention each query row pays to each target (the six
 classes, the baseline and the null target) without ever materialising an attention pattern. On
 the CPU, the fused flash kernel returns each row's log-sum-exp next to the output, and the
 attention of the query row (and of every row to key 0) follows from one dot product per key.
-Elsewhere (CUDA, MPS, masked attention), the values are widened by one channel per target holding
-the example's key weights for it, so that SDPA returns those attentions next to the head outputs,
-at the cost of a few extra value dimensions. The screen keeps only per-head sums: the query row
+Elsewhere (CUDA, MPS, masked attention, or `route="widened"`), the values are widened by one
+channel per target holding the example's key weights for it, so that SDPA returns those
+attentions next to the head outputs, at the cost of a few extra value dimensions. The screen keeps only per-head sums: the query row
 for the classes, every row of the first-token channel for Gu et al.'s sink score. A pre-hook on
 each output projection accumulates the Gram matrix of the per-head outputs at the query for the
 participation ratio; past its attention, the last layer runs at the query rows only, and logits
@@ -17,27 +18,31 @@ never waits on the device.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 import torch
-from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
+from headtrace.hooks import (CapabilityAccumulator, accumulation_dtype, attention_function, head_output_hooks,
+                             last_layer_at_query_only, micro_batches)
 from headtrace.models import ModelAdapter
-from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, selectivity_ceilings
+from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
 from headtrace.schema import (SCHEMA_VERSION, SELECTIVITY_FLOOR, ScreenConfig, add_labels,  # noqa: F401 (re-exported)
-                              head_id, synthetic_spec)
+                              head_id)
 from headtrace.spectral import GramAccumulator
+from headtrace.store import utc_now
 
-ATTENTION_IMPLEMENTATION = "headtrace"
+# How the attention channels are read: "logsumexp" from the CPU flash kernel (where it serves),
+# "widened" from widened values (every device), "auto" the first where it works (module docstring).
+ROUTES = ("auto", "logsumexp", "widened")
 
 
 @dataclass
@@ -122,40 +127,68 @@ class _Batch:
         self.pending: list[tuple] = []  # per layer, from `_attention_with_logsumexp`
 
 
-class _ActiveScreen:
-    """Connects attention modules to their taps while a screen runs."""
+class _ProbeAttention:
+    """One screen's attention function: SDPA plus the per-target attention channels (module
+    docstring), added to this screen's taps. Modules that are no layer's attention, and any call
+    outside a micro-batch, get plain SDPA."""
 
-    def __init__(self, adapter: ModelAdapter, taps: list[_LayerTap]):
-        self.adapter = adapter
+    def __init__(self, adapter: ModelAdapter, taps: list[_LayerTap], flash: Callable | None):
+        self.layer_of_attention = adapter.layer_of_attention
         self.taps = taps
+        self.flash = flash  # the CPU flash op returning log-sum-exps (`_logsumexp_op`); None: widened values only
         self.batch: _Batch | None = None
 
-    def tap_for(self, module: torch.nn.Module) -> _LayerTap | None:
-        layer = self.adapter.layer_of_attention.get(id(module))
-        return None if layer is None else self.taps[layer]
+    def __call__(self, module, query, key, value, attention_mask, **kwargs):
+        layer = self.layer_of_attention.get(id(module))
+        if layer is None or self.batch is None:
+            return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        tap = self.taps[layer]
+        if kwargs.get("scaling") is None:
+            kwargs["scaling"] = query.shape[-1] ** -0.5
+        if self.flash is not None and _plain_causal_cpu(module, query, key, attention_mask, kwargs):
+            return _attention_with_logsumexp(self.flash, module, query, key, value, kwargs["scaling"], tap, self.batch)
+        return _attention_with_widened_values(module, query, key, value, attention_mask, kwargs, tap, self.batch)
+
+    def at_query(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[b, L, ...] -> [b, ...]: each example's query row in the current micro-batch."""
+        return hidden[self.batch.index, self.batch.query]
 
 
-_SCREENS: list[_ActiveScreen] = []
+@functools.cache
+def flash_cpu_with_logsumexp() -> Callable | None:
+    """The CPU flash-attention op, when it returns what the log-sum-exp route reads; else None.
+
+    `aten::_scaled_dot_product_flash_attention_for_cpu` is private to torch, so it is checked once,
+    on a tiny causal input: called as the route calls it, it must return (output [B, H, T, D],
+    log-sum-exp [B, H, T]) with the log-sum-exp of the scaled, causally masked scores."""
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if op is None:
+        return None
+    x = torch.linspace(-1.0, 1.0, 24).view(1, 2, 3, 4)  # no random draw: the global RNG stays untouched
+    try:
+        with torch.no_grad():
+            result = op(x, x, x, 0.0, True, scale=0.5)
+    except (RuntimeError, TypeError):
+        return None
+    if not (isinstance(result, tuple) and len(result) == 2 and result[0].shape == x.shape
+            and result[1].shape == x.shape[:3]):
+        return None
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()
+    expected = (x @ x.transpose(-1, -2) * 0.5).masked_fill(~causal, float("-inf")).logsumexp(dim=-1)
+    return op if torch.allclose(result[1].float(), expected, atol=1e-5) else None
 
 
-# Read the attention channels from SDPA's log-sum-exp where the CPU flash kernel can return it (a
-# private torch op: without it, the widened-values route serves the CPU too); tests switch this off
-# to exercise the widened-values route that other devices take.
-_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-READ_LOGSUMEXP = _FLASH_CPU is not None
-
-
-def probe_attention(module, query, key, value, attention_mask, **kwargs):
-    """SDPA plus the per-target attention channels (see the module docstring)."""
-    screen = _SCREENS[-1] if _SCREENS else None
-    tap = screen.tap_for(module) if screen else None
-    if tap is None or screen.batch is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    if kwargs.get("scaling") is None:
-        kwargs["scaling"] = query.shape[-1] ** -0.5
-    if READ_LOGSUMEXP and _plain_causal_cpu(module, query, key, attention_mask, kwargs):
-        return _attention_with_logsumexp(module, query, key, value, kwargs["scaling"], tap, screen.batch)
-    return _attention_with_widened_values(module, query, key, value, attention_mask, kwargs, tap, screen.batch)
+def _logsumexp_op(route: str) -> Callable | None:
+    """The op the log-sum-exp route calls for `route`, or None when the screen takes widened values only."""
+    if route not in ROUTES:
+        raise ValueError(f"unknown route {route!r}; use one of {', '.join(ROUTES)}")
+    if route == "widened":
+        return None
+    op = flash_cpu_with_logsumexp()
+    if op is None and route == "logsumexp":
+        raise HeadtraceError(f"torch {torch.__version__}'s CPU flash-attention kernel does not return log-sum-exps "
+                             "here; screen with route='auto' or 'widened'")
+    return op
 
 
 def _plain_causal_cpu(module, query, key, attention_mask, kwargs) -> bool:
@@ -166,7 +199,8 @@ def _plain_causal_cpu(module, query, key, attention_mask, kwargs) -> bool:
             and not kwargs.get("dropout") and kwargs.get("position_bias") is None and kwargs.get("softcap") is None)
 
 
-def _attention_with_logsumexp(module, query, key, value, scaling: float, tap: _LayerTap, batch: "_Batch"):
+def _attention_with_logsumexp(flash: Callable, module, query, key, value, scaling: float, tap: _LayerTap,
+                              batch: "_Batch"):
     """The fused CPU kernel returns each row's log-sum-exp next to the output: with it, the query
     row's attention (for the classes) and every row's attention to key 0 (for the sink score) cost
     one dot product per key or row, and the head outputs are exactly SDPA's. The scores wait in
@@ -175,7 +209,7 @@ def _attention_with_logsumexp(module, query, key, value, scaling: float, tap: _L
     groups = getattr(module, "num_key_value_groups", 1)
     if groups > 1:
         key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-    out, lse = _FLASH_CPU(query, key, value, 0.0, True, scale=scaling)
+    out, lse = flash(query, key, value, 0.0, True, scale=scaling)
     keys = key.float()
     q_row = query[batch.index, :, batch.query].float()  # [b, heads, d]
     row_scores = torch.matmul(keys, q_row[..., None])[..., 0]  # [b, heads, L]: the query row
@@ -233,116 +267,8 @@ def _attention_with_widened_values(module, query, key, value, attention_mask, kw
     return out[..., :dim], None
 
 
-AttentionInterface.register(ATTENTION_IMPLEMENTATION, probe_attention)
-
-
-@contextlib.contextmanager
-def attention_tap(adapter: ModelAdapter, taps: list[_LayerTap]) -> Iterator[_ActiveScreen]:
-    """Route the model's attention through `probe_attention` for the duration of a screen."""
-    screen = _ActiveScreen(adapter, taps)
-    config = adapter.model.config
-    previous = config._attn_implementation
-    config._attn_implementation = ATTENTION_IMPLEMENTATION
-    _SCREENS.append(screen)
-    try:
-        yield screen
-    finally:
-        _SCREENS.remove(screen)
-        config._attn_implementation = previous
-
-
-@contextlib.contextmanager
-def head_output_hooks(
-    adapter: ModelAdapter, fn: Callable[[int, torch.Tensor], torch.Tensor | None]
-) -> Iterator[None]:
-    """Call fn(layer, per_head_outputs [b, L, heads, dim]) with each output projection's input.
-
-    When fn returns a tensor of that shape, it replaces the input (how heads are ablated)."""
-    layout = adapter.layout
-
-    def make_hook(layer: int):
-        def hook(_module, args):
-            x = args[0]
-            replacement = fn(layer, x.view(*x.shape[:-1], layout.n_heads, layout.head_dim))
-            if replacement is not None:
-                return (replacement.reshape(x.shape), *args[1:])
-            return None
-
-        return hook
-
-    with forward_pre_hooks((proj, make_hook(l)) for l, proj in enumerate(adapter.out_proj)):
-        yield
-
-
-@contextlib.contextmanager
-def last_layer_at_query_only(adapter: ModelAdapter, active: _ActiveScreen) -> Iterator[None]:
-    """Past its attention, the last layer matters at the query alone (head outputs for the PR, the
-    residual for the logits): its output projection and MLP get the query rows only, and the
-    layer's residual additions broadcast them back. The other rows of the last layer's output are
-    then wrong, and nothing reads them; a screen skips ~3/4 of the last layer's work this way."""
-
-    def query_rows(_module, args):
-        batch = active.batch
-        return (args[0][batch.index, batch.query][:, None], *args[1:])
-
-    with forward_pre_hooks((module, query_rows) for module in (adapter.out_proj[-1], adapter.mlp[-1])):
-        yield
-
-
-@contextlib.contextmanager
-def forward_pre_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable]]) -> Iterator[None]:
-    """Forward pre-hooks registered for the duration of the block."""
-    handles = [module.register_forward_pre_hook(hook) for module, hook in hooks]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-# --------------------------------------------------------------------------------------------
-# Capability at the query.
-
-
-class CapabilityAccumulator:
-    """Top-1, top-5, cross-entropy and mean logit of the answer token, summed over examples."""
-
-    def __init__(self, device: torch.device, acc_dtype: torch.dtype):
-        self.sums = torch.zeros(4, device=device, dtype=acc_dtype)
-        self.count = 0
-
-    METRICS = ("top1", "top5", "loss", "mean_logit_answer")
-
-    @staticmethod
-    def per_example(logits: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
-        """[b, 4]: hit at 1, hit at 5, cross-entropy, logit of the answer (the columns of METRICS)."""
-        logits = logits.float()
-        answer_logit = logits.gather(1, answer[:, None])[:, 0]
-        rank = (logits > answer_logit[:, None]).sum(dim=1)
-        loss = torch.logsumexp(logits, dim=1) - answer_logit
-        return torch.stack([(rank < 1).float(), (rank < 5).float(), loss, answer_logit], dim=1)
-
-    def add(self, logits: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
-        """Add a micro-batch; returns its per-example statistics."""
-        stats = self.per_example(logits, answer)
-        self.sums += stats.to(self.sums.dtype).sum(dim=0)
-        self.count += len(answer)
-        return stats
-
-    def result(self) -> dict[str, float]:
-        return dict(zip(self.METRICS, (self.sums / max(self.count, 1)).tolist()))
-
-
 # --------------------------------------------------------------------------------------------
 # The pass.
-
-
-def accumulation_dtype(device: torch.device) -> torch.dtype:
-    return torch.float32 if device.type == "mps" else torch.float64
-
-
-def micro_batches(n: int, batch_size: int) -> list[slice]:
-    return [slice(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
 
 
 def screen(
@@ -353,9 +279,14 @@ def screen(
     revision: str | None = None,
     tokens: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    route: str = "auto",
 ) -> ScreenResult:
-    """Screen every head of `adapter`'s model on `probe` in one streamed pass."""
+    """Screen every head of `adapter`'s model on `probe` in one streamed pass.
+
+    `route` (one of ROUTES) picks how attention is read; every route gives the same tables up to
+    rounding. A model serves one screen at a time; different models can be screened in threads."""
     config.validate()
+    flash = _logsumexp_op(route)
     probe.check_vocab(adapter.vocab_size)
     if adapter.max_positions is not None and probe.seq_len > adapter.max_positions:
         raise HeadtraceError(
@@ -370,7 +301,8 @@ def screen(
     started = time.time()
     t0 = time.perf_counter()
 
-    with torch.inference_mode(), attention_tap(adapter, taps) as active:
+    active = _ProbeAttention(adapter, taps, flash)
+    with torch.inference_mode(), attention_function(adapter, active):
 
         pr_limit = config.pr_examples or probe.n  # PR from the first pr_examples examples (docs/definitions.md)
 
@@ -381,7 +313,7 @@ def screen(
                 grams[layer].add(heads[batch.index[:take], batch.query[:take]])
 
         # Nested in this order, the Gram matrices see every row before the last layer is trimmed.
-        with head_output_hooks(adapter, keep_query_outputs), last_layer_at_query_only(adapter, active):
+        with head_output_hooks(adapter, keep_query_outputs), last_layer_at_query_only(adapter, active.at_query):
             _stream(adapter, _DeviceProbe(probe, device, acc_dtype), config.batch_size, active, capability,
                     acc_dtype, progress)
         active.batch = None
@@ -393,7 +325,7 @@ def screen(
     return ScreenResult(heads=heads, run=run)
 
 
-def _stream(adapter, probe: _DeviceProbe, batch_size: int, active: _ActiveScreen, capability: CapabilityAccumulator,
+def _stream(adapter, probe: _DeviceProbe, batch_size: int, active: _ProbeAttention, capability: CapabilityAccumulator,
             acc_dtype: torch.dtype, progress: Callable[[int, int], None] | None) -> None:
     """The loop over micro-batches: device work only, no host syncs (tests/test_screen_sync.py)."""
     for rows in micro_batches(probe.n, batch_size):
@@ -447,9 +379,9 @@ def _head_table(adapter, probe, config, taps, grams, model_name, revision, token
     denominator = np.maximum(baseline, SELECTIVITY_FLOOR)
     for name in list(CLASS_KEYS.values()) + ["null"]:
         table[f"sel_{name}"] = table[f"mean_{name}"].to_numpy() / denominator
-    add_labels(table, config)
+    add_labels(table, config.thresholds)
     table["sink_score"] = sink_score.ravel()
-    table["gu_sink"] = table["sink_score"] > config.gu_sink_epsilon
+    table["gu_sink"] = table["sink_score"] > config.thresholds.gu_sink_epsilon
     table["pr"] = pr[..., 0].ravel()
     table["pr_cov"] = pr[..., 1].ravel()
     # The baseline lost precision (or flushed to zero) in the compute dtype: its ratios are unreliable.
@@ -489,12 +421,12 @@ def _run_record(adapter, probe, config, heads, capability, model_name, revision,
         "sink_fraction": float(heads.sink.mean()),
         "gu_sink_fraction": float(heads.gu_sink.mean()),
         "n_underflow_heads": int(heads.baseline_underflow.sum()),
-        "baseline": config.baseline,
+        "baseline": config.probe.baseline,
         **{f"ceiling_{key}": value for key, value in selectivity_ceilings(probe).items()},
         "config_hash": config.config_hash,
         "config_json": json.dumps(config.to_dict(), sort_keys=True),
         "wall_s": wall,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "started_at": utc_now(started),
         **_versions(),
     }
     return pd.DataFrame([record])
@@ -502,23 +434,6 @@ def _run_record(adapter, probe, config, heads, capability, model_name, revision,
 
 # --------------------------------------------------------------------------------------------
 # One checkpoint, end to end: what `headtrace screen` and a notebook call.
-
-
-def build_probe(config: ScreenConfig, tokenizer_loader: Callable[[], object]) -> Probe:
-    """The probe a config describes (the tokenizer is loaded only for BOS or natural text)."""
-    from headtrace.probes import clean_baseline, natural_text_induction, read_texts, synthetic_induction
-
-    if config.probe == "natural":
-        probe = natural_text_induction(read_texts(config.texts), tokenizer_loader(), max_len=config.seq_len,
-                                       max_examples=config.n_examples, prepend_bos=config.prepend_bos)
-    else:
-        bos = None
-        if config.prepend_bos:
-            bos = tokenizer_loader().bos_token_id
-            if bos is None:
-                raise HeadtraceError("the tokenizer has no BOS token; drop --prepend-bos")
-        probe = synthetic_induction(synthetic_spec(config, bos))
-    return clean_baseline(probe) if config.baseline == "clean" else probe
 
 
 def screen_checkpoint(
@@ -542,15 +457,15 @@ def screen_checkpoint(
     """
     from headtrace.models import load_model, load_tokenizer
     from headtrace.sources import checkpoint_location
-    from headtrace.store import write_shard
+    from headtrace.store import ResultsDir
 
     config.validate()
     location, hub_revision, found_tokens = checkpoint_location(model, revision)
     adapter = load_model(location, revision=hub_revision, dtype=config.dtype, device=config.device,
                          trust_remote_code=trust_remote_code, cache_dir=cache_dir)
-    probe = build_probe(config, lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
+    probe = build_probe(config.probe, lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
     result = screen(adapter, probe, config, model_name=name or model, revision=revision,
                     tokens=found_tokens if tokens is None else tokens, progress=progress)
     if out is not None:
-        write_shard(out, result.heads, result.run)
+        ResultsDir(out).write_shard(result.heads, result.run)
     return result

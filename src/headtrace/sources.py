@@ -32,6 +32,7 @@ from typing import Callable, Iterable, Protocol
 from filelock import FileLock
 
 from headtrace.errors import DiskFull, HeadtraceError
+from headtrace.registry import Registry
 from headtrace.revisions import Revision, catalog, select, tokens_per_step_for
 
 ByteProgress = Callable[[int, int], None]  # (bytes done so far, bytes in total) for one revision
@@ -547,6 +548,26 @@ def _local_checkpoint(source: str, revision: Revision, folder: Path, started: fl
         checkpoint_hash=checkpoint_hash(digests),
         fetch_s=time.perf_counter() - started,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The source registry: a panel model's `source = ...` names one of these.
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """How a panel model's entry becomes a checkpoint source: `make(id, path, tokens_per_step, retry)`."""
+
+    make: Callable[[str, str | None, float | None, RetryPolicy], CheckpointSource]
+    needs_path: bool = True  # the entry must give `path` (a local folder); False: it must not
+
+
+SOURCES: Registry[SourceKind] = Registry("source")
+SOURCES.add("hub", SourceKind(lambda id, path, tokens_per_step, retry: HubSource(id, tokens_per_step, retry),
+                              needs_path=False))
+SOURCES.add("local", SourceKind(lambda id, path, tokens_per_step, retry: LocalSource(path, id, tokens_per_step)))
+SOURCES.add("organism", SourceKind(
+    lambda id, path, tokens_per_step, retry: LocalSource(path, id, tokens_per_step, organism=True)))
 
 
 def is_local(model: str) -> bool:

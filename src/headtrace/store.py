@@ -1,35 +1,54 @@
-"""Results on disk: tidy Parquet shards, one per (model, revision), written atomically.
+"""Results on disk: one `ResultsDir` knows the layout of a results folder, and every file in it is
+written atomically by `atomic_write`. Torch-free, with schema.py: the analysis (trajectory,
+reference, report) and panel planning read results without loading torch.
 
 Layout of a results directory (pandas, polars and DuckDB read each folder as one table):
 
-    DIR/heads/<model-slug>@<revision>.parquet   one row per head
-    DIR/runs/<model-slug>@<revision>.parquet    one row: the run record (capability, config, timings)
-    DIR/ablations/<model-slug>@<revision>.parquet   one row per ablation condition (ablation.py)
+    DIR/heads/<model-slug>@<revision>.parquet      one row per head
+    DIR/runs/<model-slug>@<revision>.parquet       one row: the run record (capability, config, timings)
+    DIR/ablations/<model-slug>@<revision>.parquet  one row per ablation condition (ablation.py)
+    DIR/manifest.json                              what a panel run planned and did (panel.py)
+    DIR/findings.parquet, findings.md, expect.json the findings (trajectory.py)
+    DIR/report/index.html                          the report (report/)
 
 A shard is complete when its run file exists: the heads file is renamed into place first, the run
-file last, each from a temporary file in the same folder, so a killed process never leaves a file
-that looks finished.
+file last, so a killed process never leaves a shard that looks finished.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import tempfile
+import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pandas as pd
 import pyarrow
 
-from headtrace.errors import HeadtraceError
+from headtrace.errors import HeadtraceError, ResultsNotWritable
+from headtrace.revisions import parse_revision
 
 HEADS = "heads"
 RUNS = "runs"
 ABLATIONS = "ablations"
+MANIFEST = "manifest.json"
+FINDINGS = "findings.parquet"
+FINDINGS_MD = "findings.md"
+EXPECT = "expect.json"
+REPORT = "report"
+LOCK = ".headtrace.lock"
+
+
+def utc_now(seconds: float | None = None) -> str:
+    """The timestamp format of every record headtrace writes (ISO 8601, UTC, whole seconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def slug(model: str) -> str:
@@ -37,34 +56,45 @@ def slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", model.strip("/").replace("/", "--")) or "model"
 
 
-def shard_name(model: str, revision: str) -> str:
+def shard_name(model: str, revision: str | None) -> str:
     return f"{slug(model)}@{re.sub(r'[^A-Za-z0-9._-]', '-', revision or 'main')}.parquet"
 
 
-def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
-    """Write to a temporary file beside `path`, fsync, then rename over it. The file gets the
-    user's umask (as any file the user writes), not mkstemp's 0600: results folders are shared."""
+def training_order(frame: pd.DataFrame, then: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Rows in training order: by model, tokens seen, step (for revisions without tokens), revision
+    name, then `then`. The one sort key of revisions everywhere."""
+    step = frame["revision"].map(lambda name: parse_revision(str(name)).step)
+    ordered = frame.assign(_step=step).sort_values(["model", "tokens", "_step", "revision", *then],
+                                                   na_position="last", kind="stable")
+    return ordered.drop(columns="_step").reset_index(drop=True)
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write a file through `write(tmp)` into a temporary file beside `path`, fsync it, rename it
+    over `path`: readers see the old file or the new one, never a part. The file gets the user's
+    umask (as any file the user writes), not mkstemp's 0600: results folders are shared."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
     try:
-        frame.to_parquet(tmp, index=False)
+        write(tmp)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
-def write_shard(out_dir: str | Path, heads: pd.DataFrame, run: pd.DataFrame) -> Path:
-    """Write one (model, revision) shard; returns the run file's path (the completion marker)."""
-    out = Path(out_dir)
-    record = run.iloc[0]
-    name = shard_name(str(record["model"]), str(record["revision"]))
-    with writing_results(out):
-        write_parquet_atomic(heads, out / HEADS / name)
-        write_parquet_atomic(run, out / RUNS / name)
-    return out / RUNS / name
+def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
+    atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+def write_text_atomic(text: str, path: Path) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def write_json_atomic(document, path: Path) -> None:
+    write_text_atomic(json.dumps(document, indent=1) + "\n", path)
 
 
 @contextlib.contextmanager
@@ -73,7 +103,7 @@ def writing_results(out_dir: str | Path, option: str = "--out") -> Iterator[None
     try:
         yield
     except OSError as exc:
-        raise HeadtraceError(cannot_write(out_dir, exc, option)) from None
+        raise ResultsNotWritable(cannot_write(out_dir, exc, option)) from None
 
 
 def cannot_write(where: str | Path, exc: OSError, option: str = "--out") -> str:
@@ -97,10 +127,10 @@ def check_writable(out_dir: str | Path, option: str = "--out") -> None:
         raise HeadtraceError(cannot_write(out_dir, exc, option)) from None
 
 
-def read_table(path: Path) -> pd.DataFrame:
+def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     """One Parquet file of a results directory; a corrupt or truncated one becomes one line naming it."""
     try:
-        return pd.read_parquet(path)
+        return pd.read_parquet(path, columns=columns)
     except (OSError, pyarrow.ArrowException) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise HeadtraceError(
@@ -120,28 +150,161 @@ def readable(path: Path) -> bool:
     return True
 
 
-def completed_shards(out_dir: str | Path) -> list[str]:
-    """Names of shards whose run file exists (temporary files are ignored)."""
-    runs = Path(out_dir) / RUNS
-    return sorted(p.name for p in runs.glob("*.parquet")) if runs.is_dir() else []
+@dataclass(frozen=True)
+class ResultsDir:
+    """A results folder: where each file is, how shards are written and read back."""
+
+    root: Path
+
+    def __init__(self, root: str | Path):
+        object.__setattr__(self, "root", Path(root))
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    # Where things are.
+
+    def heads_path(self, model: str, revision: str | None) -> Path:
+        return self.root / HEADS / shard_name(model, revision)
+
+    def run_path(self, model: str, revision: str | None) -> Path:
+        return self.root / RUNS / shard_name(model, revision)
+
+    def table_path(self, folder: str, model: str, revision: str | None) -> Path:
+        """A per-(model, revision) table in a stage's own folder (ablations/, or a stage a user adds)."""
+        return self.root / folder / shard_name(model, revision)
+
+    def ablation_path(self, model: str, revision: str | None) -> Path:
+        return self.table_path(ABLATIONS, model, revision)
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK
+
+    @property
+    def findings(self) -> Path:
+        return self.root / FINDINGS
+
+    @property
+    def findings_md(self) -> Path:
+        return self.root / FINDINGS_MD
+
+    @property
+    def expect(self) -> Path:
+        return self.root / EXPECT
+
+    @property
+    def report(self) -> Path:
+        return self.root / REPORT
+
+    # Writing.
+
+    def write_shard(self, heads: pd.DataFrame, run: pd.DataFrame) -> Path:
+        """Write one (model, revision) shard: heads first, the run record (the completion marker) last.
+        Returns the run file's path."""
+        record = run.iloc[0]
+        model, revision = str(record["model"]), str(record["revision"])
+        with writing_results(self.root):
+            write_parquet_atomic(heads, self.heads_path(model, revision))
+            write_parquet_atomic(run, self.run_path(model, revision))
+        return self.run_path(model, revision)
+
+    def write_table(self, folder: str, table: pd.DataFrame) -> Path:
+        """Write one (model, revision) table of a stage (its `model` and `revision` columns name it)."""
+        path = self.table_path(folder, str(table["model"].iloc[0]), str(table["revision"].iloc[0]))
+        with writing_results(self.root):
+            write_parquet_atomic(table, path)
+        return path
+
+    def write_ablation(self, table: pd.DataFrame) -> Path:
+        return self.write_table(ABLATIONS, table)
+
+    # Reading.
+
+    def completed_shards(self) -> list[str]:
+        """Names of shards whose run file exists (temporary files are ignored)."""
+        runs = self.root / RUNS
+        return sorted(p.name for p in runs.glob("*.parquet")) if runs.is_dir() else []
+
+    def unfinished_shards(self) -> list[str]:
+        """Shards whose heads file exists without its run record: being written, or interrupted."""
+        heads = {p.name for p in (self.root / HEADS).glob("*.parquet")}
+        return sorted(name.removesuffix(".parquet") for name in heads - set(self.completed_shards()))
+
+    def existing_runs(self) -> pd.DataFrame:
+        """Every finished shard's run record, with its `shard` name (empty when there are none). A shard
+        without a readable heads table, or whose run file cannot be read, does not count: a panel
+        runs its task again and replaces it."""
+        frames = []
+        for name in self.completed_shards():
+            if not readable(self.root / HEADS / name):
+                continue
+            try:
+                frames.append(pd.read_parquet(self.root / RUNS / name).assign(shard=name))
+            except (OSError, pyarrow.ArrowException):
+                continue
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["shard", "config_hash"])
+
+    def read(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """All completed shards as (heads, runs), in training order (then layer, head)."""
+        names = self.completed_shards()
+        if not names:
+            raise HeadtraceError(f"no results in '{self.root}' (expected {RUNS}/*.parquet); run `headtrace screen` "
+                                 "or `run` first")
+        missing = [n for n in names if not (self.root / HEADS / n).exists()]
+        if missing:
+            raise HeadtraceError(f"results in '{self.root}' are inconsistent: run records without head tables: "
+                                 f"{missing}")
+        runs = pd.concat([read_table(self.root / RUNS / n) for n in names], ignore_index=True)
+        check_one_config_per_model(self.root, runs)
+        heads = pd.concat([read_table(self.root / HEADS / n) for n in names], ignore_index=True)
+        return training_order(heads, ("layer", "head")), training_order(runs)
+
+    def load(self) -> pd.DataFrame:
+        """One tidy table: a row per head, with its revision's run columns (capability, config and
+        checkpoint hashes, timings) and `same_weights_as`."""
+        heads, runs = self.read()
+        runs = runs.assign(same_weights_as=identical_weights(runs))
+        extra = [c for c in runs.columns if c not in heads.columns or c in ("model", "revision")]
+        return heads.merge(runs[extra], on=["model", "revision"], how="left", validate="many_to_one")
+
+    def stored_screen(self, model: str, revision: str | None, config_hash: str) -> pd.DataFrame | None:
+        """The heads table stored for (model, revision) under this screen config hash, else None."""
+        heads, run = self.heads_path(model, revision), self.run_path(model, revision)
+        if not (heads.is_file() and run.is_file()):
+            return None
+        if str(read_table(run, ["config_hash"]).config_hash.iloc[0]) != config_hash:
+            return None
+        return read_table(heads)
+
+    def stored_screen_hash(self, model: str, revision: str | None) -> str | None:
+        """The screen config hash of the shard stored for (model, revision), else None."""
+        return _stored_hash(self.run_path(model, revision)) if readable(self.heads_path(model, revision)) else None
+
+    def stored_ablation_hash(self, model: str, revision: str | None) -> str | None:
+        """The config hash of the ablation stored for (model, revision), else None."""
+        return _stored_hash(self.ablation_path(model, revision))
+
+    def read_tables(self, folder: str) -> pd.DataFrame | None:
+        """Every (model, revision) table in a stage's folder as one table; None when there are none."""
+        paths = sorted((self.root / folder).glob("*.parquet"))
+        return pd.concat([read_table(p) for p in paths], ignore_index=True) if paths else None
+
+    def read_ablations(self) -> pd.DataFrame | None:
+        """Every ablation condition stored, one row per condition."""
+        return self.read_tables(ABLATIONS)
 
 
-def read_results(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """All completed shards of a results directory as (heads, runs), sorted by model, tokens, head."""
-    out = Path(out_dir)
-    names = completed_shards(out)
-    if not names:
-        raise HeadtraceError(f"no results in '{out}' (expected {RUNS}/*.parquet); run `headtrace screen` or `run` first")
-    missing = [n for n in names if not (out / HEADS / n).exists()]
-    if missing:
-        raise HeadtraceError(f"results in '{out}' are inconsistent: run records without head tables: {missing}")
-    runs = pd.concat([read_table(out / RUNS / n) for n in names], ignore_index=True)
-    check_one_config_per_model(out, runs)
-    heads = pd.concat([read_table(out / HEADS / n) for n in names], ignore_index=True)
-    runs = runs.sort_values(["model", "tokens", "revision"], na_position="last", kind="stable").reset_index(drop=True)
-    heads = heads.sort_values(["model", "tokens", "revision", "layer", "head"], na_position="last",
-                              kind="stable").reset_index(drop=True)
-    return heads, runs
+def _stored_hash(path: Path) -> str | None:
+    """The `config_hash` of a stored table's first row; None when absent or unreadable (compute it again)."""
+    if not readable(path):
+        return None
+    hashes = read_table(path, ["config_hash"]).config_hash
+    return str(hashes.iloc[0]) if len(hashes) else None
 
 
 def check_one_config_per_model(out: Path, runs: pd.DataFrame) -> None:
@@ -158,29 +321,11 @@ def check_one_config_per_model(out: Path, runs: pd.DataFrame) -> None:
             )
 
 
-def ablation_path(out_dir: str | Path, model: str, revision: str | None) -> Path:
-    return Path(out_dir) / ABLATIONS / shard_name(model, revision or "")
-
-
-def write_ablation(out_dir: str | Path, table: pd.DataFrame) -> Path:
-    """Write one (model, revision) ablation table atomically; returns its path."""
-    path = ablation_path(out_dir, str(table["model"].iloc[0]), str(table["revision"].iloc[0]))
-    with writing_results(out_dir):
-        write_parquet_atomic(table, path)
-    return path
-
-
-def read_ablations(out_dir: str | Path) -> pd.DataFrame | None:
-    """Every ablation condition stored under DIR/ablations, one row per condition; None when there are none."""
-    paths = sorted((Path(out_dir) / ABLATIONS).glob("*.parquet"))
-    return pd.concat([read_table(p) for p in paths], ignore_index=True) if paths else None
-
-
 def identical_weights(runs: pd.DataFrame) -> pd.Series:
     """Per run, the revision with the same checkpoint hash and fewest tokens (else None), per model."""
     if "checkpoint_hash" not in runs:
         return pd.Series([None] * len(runs), index=runs.index, dtype=object)
-    ordered = runs.sort_values(["tokens", "revision"], kind="stable", na_position="last")
+    ordered = training_order(runs.reset_index(drop=True))
     first = ordered.dropna(subset=["checkpoint_hash"]).groupby(["model", "checkpoint_hash"]).revision.first()
     same = [
         first.get((m, h)) if isinstance(h, str) else None for m, h in zip(runs.model, runs.checkpoint_hash)
@@ -190,13 +335,14 @@ def identical_weights(runs: pd.DataFrame) -> pd.Series:
     )
 
 
+def read_results(out: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(heads, runs) of a results directory (`ResultsDir.read`)."""
+    return ResultsDir(out).read()
+
+
 def load_results(out: str | Path) -> pd.DataFrame:
-    """A results directory as one tidy table: one row per head, with its revision's run columns
-    (capability, config and checkpoint hashes, timings) and `same_weights_as`."""
-    heads, runs = read_results(out)
-    runs = runs.assign(same_weights_as=identical_weights(runs))
-    extra = [c for c in runs.columns if c not in heads.columns or c in ("model", "revision")]
-    return heads.merge(runs[extra], on=["model", "revision"], how="left", validate="many_to_one")
+    """A results directory as one tidy table (`ResultsDir.load`)."""
+    return ResultsDir(out).load()
 
 
 SAVE_FORMATS = (".parquet", ".csv", ".json")
@@ -218,5 +364,4 @@ def save_table(table: pd.DataFrame, path: str | Path) -> None:
     writers = {".parquet": lambda p: table.to_parquet(p, index=False), ".csv": lambda p: table.to_csv(p, index=False),
                ".json": lambda p: table.to_json(p, orient="records", indent=1)}
     with writing_results(path, "--save path"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        writers[path.suffix.lower()](path)
+        atomic_write(path, writers[path.suffix.lower()])

@@ -9,7 +9,7 @@ Counts come in two kinds, named apart: `screen_*` columns are the all-head scree
 in several: induction circuit >= 50x, previous-token circuit = best class previous-token and >= 100x
 (the reference's shipped circuit; `previous_any`: any head >= 100x), sink = first-token >= 30x,
 Gu sink score > 0.3), `label_*` columns count best-class labels (one per head). Both are re-derived
-from the selectivity columns with `screen.add_labels`, so their thresholds are parameters of the
+from the selectivity columns with `schema.add_labels`, so their thresholds are parameters of the
 analysis; with the defaults they equal the screen's own columns.
 
 Milestone = the first revision where a condition holds. Checkpoints are a grid: the event happened
@@ -58,8 +58,8 @@ import pandas as pd
 
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS, CLASSES
-from headtrace.revisions import parse_revision
-from headtrace.schema import ScreenConfig, add_labels
+from headtrace.schema import Thresholds, add_labels
+from headtrace.store import ResultsDir, training_order, write_parquet_atomic, write_text_atomic, writing_results
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE = "holds", "does not hold", "not measurable"
 SHARP, GRADUAL = "sharp", "gradual"  # F2 is a measurement: its status is the shape ...
@@ -81,11 +81,7 @@ _TOLERANCE = 1e-9  # counts and fractions compared with thresholds like 2/3
 class TrajectoryConfig:
     """Thresholds of the screens, milestones and findings (module docstring: what each one means)."""
 
-    label_threshold: float = 30.0
-    induction_threshold: float = 50.0
-    previous_threshold: float = 100.0
-    sink_threshold: float = 30.0
-    gu_sink_epsilon: float = 0.3
+    thresholds: Thresholds = Thresholds()
     induction_counts: tuple[int, ...] = (3, 5)
     sink_fractions: tuple[float, ...] = (0.10, 0.30, 0.50, 0.70)
     previous_selective_threshold: float = 30.0
@@ -110,11 +106,6 @@ class TrajectoryConfig:
         if self.floor_layers < 1:
             raise HeadtraceError(f"floor-layers must be >= 1 (got {self.floor_layers})")
 
-    def screen_config(self) -> ScreenConfig:
-        return ScreenConfig(label_threshold=self.label_threshold, induction_threshold=self.induction_threshold,
-                            previous_threshold=self.previous_threshold, sink_threshold=self.sink_threshold,
-                            gu_sink_epsilon=self.gu_sink_epsilon)
-
 
 # --------------------------------------------------------------------------------------------
 # Per-revision and per-layer tables.
@@ -132,19 +123,11 @@ def labelled_heads(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryCon
     for column in OPTIONAL_HEAD_COLUMNS:
         if column not in table.columns:
             table[column] = np.nan
-    add_labels(table, config.screen_config())
+    add_labels(table, config.thresholds)
     score = table["sink_score"].astype(float)
-    table["gu_sink"] = pd.array(np.where(score.isna(), None, score > config.gu_sink_epsilon), dtype="boolean")
+    table["gu_sink"] = pd.array(np.where(score.isna(), None, score > config.thresholds.gu_sink_epsilon), dtype="boolean")
     table["previous_selective"] = table["sel_previous"] >= config.previous_selective_threshold
-    return _in_training_order(table, ["layer", "head"])
-
-
-def _in_training_order(frame: pd.DataFrame, then: list[str]) -> pd.DataFrame:
-    """Sort by model, tokens, step (for revisions without tokens), revision name, then `then`."""
-    step = frame["revision"].map(lambda name: parse_revision(str(name)).step)
-    ordered = frame.assign(_step=step).sort_values(["model", "tokens", "_step", "revision", *then],
-                                                   na_position="last", kind="stable")
-    return ordered.drop(columns="_step").reset_index(drop=True)
+    return training_order(table, ("layer", "head"))
 
 
 def _class_counts(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -181,7 +164,7 @@ def revision_table(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
         result = result.merge(capability, on=keys, how="left")
     else:
         result = result.assign(**{c: np.nan for c in CAPABILITY + CEILINGS})
-    return _in_training_order(result, [])
+    return training_order(result)
 
 
 def layer_table(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryConfig()) -> pd.DataFrame:
@@ -189,7 +172,7 @@ def layer_table(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryConfig
     table = labelled_heads(heads, config)
     counts = _class_counts(table, ["model", "revision", "layer"])
     tokens = table.groupby(["model", "revision"], sort=False)["tokens"].first().reset_index()
-    return _in_training_order(counts.merge(tokens, on=["model", "revision"]), ["layer"])
+    return training_order(counts.merge(tokens, on=["model", "revision"]), ("layer",))
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,7 +201,7 @@ MilestoneSpec = tuple[str, str, float]  # (name, column of the revision table, m
 
 
 def _induction_milestone(count: int, config: TrajectoryConfig) -> MilestoneSpec:
-    return f"induction >= {count} heads at {config.induction_threshold:g}x", "screen_induction_circuit", count
+    return f"induction >= {count} heads at {config.thresholds.induction_threshold:g}x", "screen_induction_circuit", count
 
 
 def _sink_milestone(fraction: float) -> MilestoneSpec:
@@ -270,7 +253,7 @@ class Finding:
 
 
 @dataclass
-class ModelPanel:
+class ModelTrajectory:
     """One model's labelled heads and revision rows, revisions in training order."""
 
     name: str
@@ -299,14 +282,14 @@ def tokens_label(tokens: float) -> str:
     return f"{tokens / 1e9:.4g}B" if tokens >= 1e9 else f"{tokens / 1e6:.4g}M"
 
 
-def _at(panel: ModelPanel, i: int | None) -> str:
+def _at(panel: ModelTrajectory, i: int | None) -> str:
     return "never" if i is None else f"{panel.names[i]} ({tokens_label(panel.tokens[i])})"
 
 
-def floor(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F1: sink heads per layer at every revision; the low layers that never have one."""
     floor_layers = list(range(config.floor_layers))
-    claim = f"no sink head (first-token >= {config.sink_threshold:g}x) in layers 0-{floor_layers[-1]} at any revision"
+    claim = f"no sink head (first-token >= {config.thresholds.sink_threshold:g}x) in layers 0-{floor_layers[-1]} at any revision"
     per_layer = panel.layers.pivot(index="revision", columns="layer", values="screen_sink").reindex(panel.names)
     numbers = {"sink_heads_per_layer": {rev: [int(v) for v in row] for rev, row in per_layer.iterrows()}}
     found = per_layer.sum(axis=0)
@@ -329,7 +312,7 @@ def _largest_rise(values: np.ndarray) -> float:
     return float(np.max(values - np.minimum.accumulate(values)))
 
 
-def shape(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def shape(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F2: the shape of the whole-model sink fraction, `sharp` or `gradual` (a measurement, no verdict)."""
     claim = (f"shape of the sink-fraction trajectory: sharp when the largest adjacent-revision rise is >= "
              f"{config.sharp_share:.0%} of the total rise, else gradual")
@@ -366,7 +349,7 @@ def compare_expected(found: Finding, expected: str | None) -> Finding:
                                numbers=found.numbers | {"expected": expected})
 
 
-def timing(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def timing(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F3: tokens(sink >= 50%) / tokens(induction >= 3 heads), bracketed by the revision grid."""
     sink_spec = _sink_milestone(config.timing_sink_fraction)
     induction_spec = _induction_milestone(config.timing_induction_count, config)
@@ -397,26 +380,26 @@ def timing(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
                    statement + ": the revision grid cannot order the two milestones", numbers)
 
 
-def final_circuit(panel: ModelPanel, config: TrajectoryConfig) -> list[str]:
+def final_circuit(panel: ModelTrajectory, config: TrajectoryConfig) -> list[str]:
     """Heads at or above the induction threshold at the last revision, strongest first."""
     last = panel.wide("sel_induction").iloc[-1]
-    return list(last[last >= config.induction_threshold].sort_values(ascending=False, kind="stable").index)
+    return list(last[last >= config.thresholds.induction_threshold].sort_values(ascending=False, kind="stable").index)
 
 
-def recall(panel: ModelPanel, config: TrajectoryConfig) -> pd.Series:
+def recall(panel: ModelTrajectory, config: TrajectoryConfig) -> pd.Series:
     """Share of the final induction circuit already at or above the threshold, per revision."""
     circuit = final_circuit(panel, config)
-    return (panel.wide("sel_induction")[circuit] >= config.induction_threshold).mean(axis=1)
+    return (panel.wide("sel_induction")[circuit] >= config.thresholds.induction_threshold).mean(axis=1)
 
 
-def _no_trajectory(panel: ModelPanel, config: TrajectoryConfig) -> str:
+def _no_trajectory(panel: ModelTrajectory, config: TrajectoryConfig) -> str:
     """Why a final-circuit finding cannot be measured: one revision, or no final circuit."""
     if len(panel.names) < 2:
         return ONE_REVISION
-    return f"no head at {config.induction_threshold:g}x at the last revision ({panel.names[-1]})"
+    return f"no head at {config.thresholds.induction_threshold:g}x at the last revision ({panel.names[-1]})"
 
 
-def early_identification(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def early_identification(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F4: recall of the final induction circuit per revision; first revisions at each level."""
     claim = (f"the final induction circuit is identified early: recall >= {config.early_recall:.0%} within the first "
              f"{config.early_share:.0%} of training tokens")
@@ -457,13 +440,13 @@ def pr_elevation(pr: np.ndarray, fraction: float, min_rise: float) -> int | None
     return int(np.flatnonzero(rise >= fraction * top)[0])
 
 
-def _leads(panel: ModelPanel, config: TrajectoryConfig, circuit: list[str], fraction: float
+def _leads(panel: ModelTrajectory, config: TrajectoryConfig, circuit: list[str], fraction: float
            ) -> tuple[dict[str, dict], dict[str, str]]:
     """Per circuit head: its PR elevation vs its crossing (lead in revisions), or why it has none."""
     pr, selectivity = panel.wide("pr"), panel.wide("sel_induction")
     per_head, unmeasured = {}, {}
     for head in circuit:
-        crossing = int(np.flatnonzero(selectivity[head].to_numpy() >= config.induction_threshold)[0])
+        crossing = int(np.flatnonzero(selectivity[head].to_numpy() >= config.thresholds.induction_threshold)[0])
         if crossing == 0:
             unmeasured[head] = (f"already at {selectivity[head].iloc[0]:.3g}x at the first revision "
                                 f"({panel.names[0]}): no measurable lead")
@@ -485,7 +468,7 @@ def _lead_verdict(median: float) -> str:
     return HOLDS if median >= 0 else DOES_NOT_HOLD
 
 
-def _sensitivity(panel: ModelPanel, config: TrajectoryConfig, circuit: list[str]) -> dict[float, dict]:
+def _sensitivity(panel: ModelTrajectory, config: TrajectoryConfig, circuit: list[str]) -> dict[float, dict]:
     """Median lead and verdict for each `pr_rise_fraction` of `PR_RISE_RANGE`."""
     rows = {}
     for fraction in PR_RISE_RANGE:
@@ -515,9 +498,9 @@ def _sensitivity_text(rows: dict[float, dict]) -> str:
     return f"{where}: {median_range}; fragile, the verdict flips ({parts})"
 
 
-def spectral_lead(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def spectral_lead(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F5: per final-circuit head, first revision with elevated PR vs first selectivity crossing."""
-    claim = (f"PR rises at or before the revision where induction selectivity crosses {config.induction_threshold:g}x "
+    claim = (f"PR rises at or before the revision where induction selectivity crosses {config.thresholds.induction_threshold:g}x "
              f"(median lead >= 0 revisions; elevated = PR >= {config.pr_rise_fraction:g} of its largest rise above "
              "its running minimum)")
     circuit = final_circuit(panel, config)
@@ -545,9 +528,9 @@ def spectral_lead(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
     return Finding("F5", "spectral lead", claim, _lead_verdict(median), statement, numbers)
 
 
-def noise_floor(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
+def noise_floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F6: null-selectivity p99 per revision and induction heads above it."""
-    claim = (f"every induction-circuit head (>= {config.induction_threshold:g}x) lies above its revision's null "
+    claim = (f"every induction-circuit head (>= {config.thresholds.induction_threshold:g}x) lies above its revision's null "
              f"p{config.null_quantile * 100:g}")
     p99 = panel.revisions["null_p99"].to_numpy(dtype=float)
     numbers = {"null_p99": dict(zip(panel.names, p99.tolist())),
@@ -555,10 +538,10 @@ def noise_floor(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
     if np.isnan(p99).all():
         return Finding("F6", "noise floor", claim, NOT_MEASURABLE, "no null selectivity (sel_null) in the panel", numbers)
     selectivity = panel.wide("sel_induction")
-    members = selectivity >= config.induction_threshold
+    members = selectivity >= config.thresholds.induction_threshold
     if not members.any().any():
         return Finding("F6", "noise floor", claim, NOT_MEASURABLE,
-                       f"no head at {config.induction_threshold:g}x at any revision", numbers)
+                       f"no head at {config.thresholds.induction_threshold:g}x at any revision", numbers)
     measured = members & np.isfinite(p99)[:, None]
     below = measured & ~(selectivity.gt(pd.Series(p99, index=selectivity.index), axis=0))
     n_members, n_below = int(measured.to_numpy().sum()), int(below.to_numpy().sum())
@@ -572,13 +555,13 @@ def noise_floor(panel: ModelPanel, config: TrajectoryConfig) -> Finding:
 FINDINGS = (floor, shape, timing, early_identification, spectral_lead, noise_floor)
 
 
-def model_panels(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
-                 config: TrajectoryConfig = TrajectoryConfig()) -> list[ModelPanel]:
+def model_trajectories(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
+                 config: TrajectoryConfig = TrajectoryConfig()) -> list[ModelTrajectory]:
     """Split a panel's tables into per-model panels (labelled under `config`)."""
     table = labelled_heads(heads, config)
     revisions = revision_table(heads, runs, config)
     layers = layer_table(heads, config)
-    return [ModelPanel(str(model), table.loc[table.model == model].reset_index(drop=True),
+    return [ModelTrajectory(str(model), table.loc[table.model == model].reset_index(drop=True),
                        revisions.loc[revisions.model == model].reset_index(drop=True),
                        layers.loc[layers.model == model].reset_index(drop=True))
             for model in revisions["model"].unique()]
@@ -597,7 +580,7 @@ def findings(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
     expect = expect or {}
     check_expectations(expect)
     rows = []
-    for panel in model_panels(heads, runs, config):
+    for panel in model_trajectories(heads, runs, config):
         for compute in FINDINGS:
             found = compute(panel, config)
             if found.code in EXPECTABLE:
@@ -668,12 +651,9 @@ def findings_markdown(table: pd.DataFrame, stones: pd.DataFrame) -> str:
     ]) + "\n"
 
 
-EXPECT_FILE = "expect.json"  # a results directory's expected results, so `findings` and the report agree
-
-
 def read_expectations(results_dir: str | Path) -> dict[str, dict[str, str]]:
     """The expectations stored in DIR/expect.json by `write_findings` (empty when there are none)."""
-    path = Path(results_dir) / EXPECT_FILE
+    path = ResultsDir(results_dir).expect
     if not path.is_file():
         return {}
     try:
@@ -692,17 +672,17 @@ def write_findings(results_dir: str | Path, config: TrajectoryConfig = Trajector
     and the report; without it, the stored expectations apply. Seed families add their rows across
     seeds (families.with_family_rows)."""
     from headtrace.families import family_markdown, model_rows, read_gaps, with_family_rows
-    from headtrace.store import read_results, write_parquet_atomic
 
     config.validate()
-    out = Path(results_dir)
-    heads, runs = read_results(out)
-    if expect is not None:
-        check_expectations(expect)
-        (out / EXPECT_FILE).write_text(json.dumps(expect, indent=1, sort_keys=True))
-    table = findings(heads, runs, config, read_expectations(out))
-    table = with_family_rows(table, heads, runs, config, read_gaps(out))
-    stones = milestones(revision_table(heads, runs, config), config)
-    write_parquet_atomic(table, out / "findings.parquet")
-    (out / "findings.md").write_text(findings_markdown(model_rows(table), stones) + family_markdown(table))
+    out = ResultsDir(results_dir)
+    heads, runs = out.read()
+    with writing_results(out.root):
+        if expect is not None:
+            check_expectations(expect)
+            write_text_atomic(json.dumps(expect, indent=1, sort_keys=True), out.expect)
+        table = findings(heads, runs, config, read_expectations(out.root))
+        table = with_family_rows(table, heads, runs, config, read_gaps(out.root))
+        stones = milestones(revision_table(heads, runs, config), config)
+        write_parquet_atomic(table, out.findings)
+        write_text_atomic(findings_markdown(model_rows(table), stones) + family_markdown(table), out.findings_md)
     return table

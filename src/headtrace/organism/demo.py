@@ -37,24 +37,24 @@ def demo_screen(corpus: CorpusConfig, n_examples: int = 256) -> ScreenConfig:
     the special tokens), BOS prepended so position 0 is BOS and the length is the training length.
     The baseline is clean: at this length the reference baseline's induction ceiling (62.7x) sits
     just above the 50x threshold (docs/definitions.md, "The baseline and its ceiling")."""
-    return ScreenConfig(n_examples=n_examples, seq_len=corpus.seq_len - 1, id_low=corpus.n_specials,
-                        id_high=corpus.vocab_size, prepend_bos=True, batch_size=64, baseline="clean")
+    return ScreenConfig.of(n_examples=n_examples, seq_len=corpus.seq_len - 1, id_low=corpus.n_specials,
+                           id_high=corpus.vocab_size, prepend_bos=True, batch_size=64, baseline="clean")
 
 
-def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str], ablation_seeds: int = 0) -> str:
+def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str], ablation_draws: int = 0) -> str:
     """A panel file screening every checkpoint of each organism (model name -> path, relative);
-    with `ablation_seeds`, the final checkpoint's induction circuit is ablated against that many
+    with `ablation_draws`, the final checkpoint's induction circuit is ablated against that many
     matched-random head sets."""
-    defaults = ScreenConfig()
+    defaults = ScreenConfig().to_dict()
     lines = [f'name = "{name}"', "", "[screen]"]
     for key, value in screen.to_dict().items():
-        if value != getattr(defaults, key):
+        if value != defaults[key]:
             lines.append(f"{key} = {str(value).lower() if isinstance(value, bool) else repr(value)}")
     for model, path in models.items():
         lines += ["", "[[models]]", f'id = "{model}"', 'source = "organism"', f'path = "{path}"',
                   'revisions = "all"']
-    if ablation_seeds:
-        lines += ["", "[ablation]", 'circuit = "induction"', f"seeds = {ablation_seeds}", 'revisions = "final"']
+    if ablation_draws:
+        lines += ["", "[ablation]", 'circuit = "induction"', f"draws = {ablation_draws}", 'revisions = "final"']
     return "\n".join(lines) + "\n"
 
 
@@ -62,14 +62,14 @@ FAMILY = "organism-dense"  # `headtrace demo --seeds N`: the family's name; memb
 
 
 def family_panel_toml(name: str, screen: ScreenConfig, seeds: list[int], steps: int | None = None,
-                      ablation_seeds: int = 0) -> str:
+                      ablation_draws: int = 0) -> str:
     """A panel over a seed family of the demo's organism (organisms/dense-s{seed}), which `headtrace
     run` trains where missing (`train = true`), so the file alone reproduces the demo."""
     lines = ["", "[[models]]", f'id = "{FAMILY}-s{{seed}}"', f'family = "{FAMILY}"', 'source = "organism"',
              f'path = "{ORGANISMS}/dense-s{{seed}}"', f"seeds = {list(seeds)}", "train = true", 'revisions = "all"']
     if steps is not None:
         lines.append(f"organism = {{ steps = {steps} }}")
-    return panel_toml(name, screen, {}, ablation_seeds) + "\n".join(lines) + "\n"
+    return panel_toml(name, screen, {}, ablation_draws) + "\n".join(lines) + "\n"
 
 
 @dataclass
@@ -133,9 +133,9 @@ class DemoCheck:
 
 def check_demo(results: Path, model: str = "organism-dense", onset_selectivity: float = 2.0) -> DemoCheck:
     """Measure a demo run's `DemoCheck` from its stored screens and ablation."""
-    from headtrace.store import read_ablations, read_results
+    from headtrace.store import ResultsDir
 
-    heads, runs = read_results(results)
+    heads, runs = ResultsDir(results).read()
     heads, runs = heads[heads.model == model], runs[runs.model == model].reset_index(drop=True)
     order = list(runs.revision)  # training order
 
@@ -149,7 +149,7 @@ def check_demo(results: Path, model: str = "organism-dense", onset_selectivity: 
     complete_from = members[final_circuit].all(axis=1).to_numpy()
     complete = next((i for i in range(len(order)) if len(final_circuit) and complete_from[i:].all()), None)
     sinks = heads.groupby("revision").sink.sum().reindex(order)
-    ablations = read_ablations(results)
+    ablations = ResultsDir(results).read_ablations()
     ablation = ablations[(ablations.model == model) & (ablations.revision == order[-1])]
     random = ablation[ablation.condition == "random"]
     return DemoCheck(

@@ -30,9 +30,10 @@ import numpy as np
 import torch
 
 from headtrace.errors import HeadtraceError
-from headtrace.organism.corpus import BOS_ID, SPECIAL_TOKENS, CorpusConfig, batch
+from headtrace.organism.corpus import SPECIAL_TOKENS, CorpusConfig, batch
 from headtrace.organism.recipes import Recipe, build_model
 from headtrace.sources import REVISIONS_FILE
+from headtrace.store import write_json_atomic
 
 ORGANISM_FILE = "organism.json"
 # (step just finished, total steps, training loss): the progress bar; may raise to stop training.
@@ -128,12 +129,6 @@ def build_tokenizer(vocab_size: int):
                                    unk_token="<unk>", model_max_length=2 * 1024)
 
 
-def _write_json_atomic(path: Path, payload) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
 class LossDropSaves:
     """Says when the smoothed training loss has fallen `drop` since the last save."""
 
@@ -203,8 +198,8 @@ def _save(model, tokenizer, out: Path, step: int, tokens: int, listed: list[dict
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     listed.append({"revision": name, "step": step, "tokens": tokens})
-    _write_json_atomic(out / REVISIONS_FILE, listed)
-    _write_json_atomic(out / ORGANISM_FILE, meta)
+    write_json_atomic(listed, out / REVISIONS_FILE)
+    write_json_atomic(meta, out / ORGANISM_FILE)
 
 
 def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallback | None = None) -> TrainResult:

@@ -12,7 +12,6 @@ findings F1-F6, final circuit, recall) under one `TrajectoryConfig`, so the page
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import matplotlib
@@ -21,6 +20,7 @@ from headtrace.errors import HeadtraceError
 from headtrace.report.data import load
 from headtrace.report.figures import STYLE, ablations_plot, model_plots, panel_plots
 from headtrace.report.page import page, render
+from headtrace.store import REPORT, write_text_atomic
 from headtrace.trajectory import TrajectoryConfig
 
 FIGURES = "figures"
@@ -31,7 +31,7 @@ def build_report(results_dir: str | Path, out: str | Path | None = None,
                  config: TrajectoryConfig = TrajectoryConfig()) -> Path:
     """Write the report of `results_dir` into `out` (default DIR/report); returns the page's path."""
     data = load(results_dir, config)
-    folder = Path(out) if out is not None else Path(results_dir) / "report"
+    folder = Path(out) if out is not None else Path(results_dir) / REPORT
     figures = folder / FIGURES
     try:
         figures.mkdir(parents=True, exist_ok=True)
@@ -48,7 +48,5 @@ def build_report(results_dir: str | Path, out: str | Path | None = None,
         if not svgs.get(stale.stem):  # a figure of an earlier report that this one does not draw
             stale.unlink()
     index = folder / INDEX
-    tmp = folder / f".{INDEX}.tmp"
-    tmp.write_text(page(data, overview, per_model, ablation, svgs))
-    os.replace(tmp, index)
+    write_text_atomic(page(data, overview, per_model, ablation, svgs), index)
     return index

@@ -15,8 +15,9 @@ import pandas as pd
 
 from headtrace.families import Gap, across_seeds, members, read_gaps, summary_numbers, with_family_rows
 from headtrace.probes import CLASSES
-from headtrace.store import ABLATIONS, HEADS, RUNS, read_ablations, read_results
-from headtrace.trajectory import (ModelPanel, TrajectoryConfig, final_circuit, findings, milestones, model_panels,
+from headtrace.schema import random_draws_summary
+from headtrace.store import ABLATIONS, ResultsDir
+from headtrace.trajectory import (ModelTrajectory, TrajectoryConfig, final_circuit, findings, milestones, model_trajectories,
                                   read_expectations, tokens_label)
 
 LABEL_ORDER: tuple[str, ...] = CLASSES + ("unclassified",)
@@ -26,13 +27,13 @@ FALLBACK_HEADS = 3  # heads drawn when a model has no final circuit
 
 
 @dataclass
-class PanelData:
+class ReportData:
     """One results directory, read once and analysed with trajectory's tables."""
 
     results_dir: Path
     runs: pd.DataFrame
     config: TrajectoryConfig
-    panels: list[ModelPanel]
+    panels: list[ModelTrajectory]
     revisions: pd.DataFrame  # trajectory.revision_table, all models
     milestones: pd.DataFrame
     findings: pd.DataFrame
@@ -41,10 +42,10 @@ class PanelData:
     families: dict[str, dict[int, str]] = field(default_factory=dict)  # family -> {seed: model} (families.py)
     gaps: list[Gap] = field(default_factory=list)  # revisions a family member lacks (from the manifest)
 
-    def panel(self, model: str) -> ModelPanel:
+    def panel(self, model: str) -> ModelTrajectory:
         return next(p for p in self.panels if p.name == model)
 
-    def series(self) -> list[tuple[str, list[ModelPanel], bool]]:
+    def series(self) -> list[tuple[str, list[ModelTrajectory], bool]]:
         """What the panel-wide figures draw, in panel order: (model, [its panel], False) for a single
         model, (family, [member panels by seed], True) for a seed family."""
         family_of = {m: f for f, seeds in self.families.items() for m in seeds.values()}
@@ -62,26 +63,20 @@ class PanelData:
         return next((s for seeds in self.families.values() for s, m in seeds.items() if m == model), None)
 
 
-def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig()) -> PanelData:
+def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig()) -> ReportData:
     """Read a results directory and compute every table the report draws."""
     config.validate()
     out = Path(results_dir)
-    heads, runs = read_results(out)
-    panels = model_panels(heads, runs, config)
+    results = ResultsDir(out)
+    heads, runs = results.read()
+    panels = model_trajectories(heads, runs, config)
     revisions = pd.concat([p.revisions for p in panels], ignore_index=True)
     gaps = read_gaps(out)
     table = with_family_rows(findings(heads, runs, config, read_expectations(out)), heads, runs, config, gaps)
-    return PanelData(results_dir=out, runs=runs, config=config, panels=panels, revisions=revisions,
-                     milestones=milestones(revisions, config), findings=table,
-                     ablations=read_ablations(out), unfinished=unfinished_shards(out), families=members(runs),
-                     gaps=gaps)
-
-
-def unfinished_shards(results_dir: Path) -> list[str]:
-    """Shards whose heads file exists without its run record: being written, or interrupted."""
-    heads = {p.name for p in (results_dir / HEADS).glob("*.parquet")}
-    runs = {p.name for p in (results_dir / RUNS).glob("*.parquet")}
-    return sorted(name.removesuffix(".parquet") for name in heads - runs)
+    return ReportData(results_dir=out, runs=runs, config=config, panels=panels, revisions=revisions,
+                      milestones=milestones(revisions, config), findings=table,
+                      ablations=results.read_ablations(), unfinished=results.unfinished_shards(),
+                      families=members(runs), gaps=gaps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,7 +98,7 @@ class TimeAxis:
         return "training tokens" if self.log else "revision (training order; tokens unknown)"
 
 
-def time_axis(panel: ModelPanel) -> TimeAxis:
+def time_axis(panel: ModelTrajectory) -> TimeAxis:
     tokens = panel.tokens
     if np.isfinite(tokens).all():
         return TimeAxis(tokens, tokens > 0, True, panel.names)
@@ -118,29 +113,29 @@ def revision_label(name: str, tokens: float) -> str:
 # What each figure draws.
 
 
-def sink_curve(panel: ModelPanel) -> pd.DataFrame:
+def sink_curve(panel: ModelTrajectory) -> pd.DataFrame:
     """Per revision: sink heads (first-token >= sink threshold), all heads, and their ratio."""
     return panel.revisions[["revision", "tokens", "screen_sink", "n_heads", "screen_sink_fraction"]]
 
 
-def model_milestones(data: PanelData, model: str, prefix: str) -> pd.DataFrame:
+def model_milestones(data: ReportData, model: str, prefix: str) -> pd.DataFrame:
     """The model's milestones whose name starts with `prefix` (sink fraction / induction)."""
     stones = data.milestones
     return stones.loc[(stones.model == model) & stones.milestone.str.startswith(prefix)].reset_index(drop=True)
 
 
-def sink_layer_matrix(panel: ModelPanel) -> pd.DataFrame:
+def sink_layer_matrix(panel: ModelTrajectory) -> pd.DataFrame:
     """Sink heads per layer: [layer x revision], revisions in training order."""
     return panel.layers.pivot(index="layer", columns="revision", values="screen_sink").reindex(columns=panel.names)
 
 
-def label_grid(panel: ModelPanel, revision: str) -> pd.DataFrame:
+def label_grid(panel: ModelTrajectory, revision: str) -> pd.DataFrame:
     """Each head's label at one revision: [layer x head]."""
     rows = panel.heads.loc[panel.heads.revision == revision]
     return rows.pivot(index="layer", columns="head", values="label")
 
 
-def grid_revisions(panel: ModelPanel, limit: int = MAX_GRID_REVISIONS) -> list[str]:
+def grid_revisions(panel: ModelTrajectory, limit: int = MAX_GRID_REVISIONS) -> list[str]:
     """The revisions given a label-grid panel: all, or `limit` spread over the training order
     (first and last included)."""
     names = panel.names
@@ -149,7 +144,7 @@ def grid_revisions(panel: ModelPanel, limit: int = MAX_GRID_REVISIONS) -> list[s
     return [names[i] for i in np.unique(np.round(np.linspace(0, len(names) - 1, limit)).astype(int))]
 
 
-def trajectory_heads(panel: ModelPanel, config: TrajectoryConfig) -> tuple[list[str], bool]:
+def trajectory_heads(panel: ModelTrajectory, config: TrajectoryConfig) -> tuple[list[str], bool]:
     """The final induction circuit (strongest first) and True; without one, the heads with the highest
     induction selectivity at any revision and False."""
     circuit = final_circuit(panel, config)
@@ -159,25 +154,25 @@ def trajectory_heads(panel: ModelPanel, config: TrajectoryConfig) -> tuple[list[
     return list(peak.sort_values(ascending=False, kind="stable").index[:FALLBACK_HEADS]), False
 
 
-def finding(data: PanelData, model: str, code: str) -> tuple[pd.Series, dict]:
+def finding(data: ReportData, model: str, code: str) -> tuple[pd.Series, dict]:
     """One finding row of a model and its numbers."""
     row = data.findings.loc[(data.findings.model == model) & (data.findings.finding == code)].iloc[0]
     return row, json.loads(row.numbers)
 
 
-def family_finding(data: PanelData, family: str, code: str) -> tuple[pd.Series, dict]:
+def family_finding(data: ReportData, family: str, code: str) -> tuple[pd.Series, dict]:
     """One family row (a finding across seeds, families.with_family_rows) and its numbers."""
     table = data.findings
     row = table.loc[table.model.isna() & (table.family == family) & (table.finding == code)].iloc[0]
     return row, summary_numbers(table, family, code)
 
 
-def family_sink_curve(panels: list[ModelPanel]) -> pd.DataFrame:
+def family_sink_curve(panels: list[ModelTrajectory]) -> pd.DataFrame:
     """Per revision of a family: median, min and max sink fraction over the members that have it."""
     return across_seeds(panels, "screen_sink_fraction")
 
 
-def timeline(data: PanelData) -> pd.DataFrame:
+def timeline(data: ReportData) -> pd.DataFrame:
     """Induction and sink milestones per model, with the grid bracket each lies in."""
     stones = data.milestones
     lane = np.select([stones.milestone.str.startswith(INDUCTION_MILESTONE),
@@ -188,9 +183,8 @@ def timeline(data: PanelData) -> pd.DataFrame:
 def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
     """One row per ablation (model, revision, circuit, mode): the deciding metric under each
     condition, the matched-random seeds' mean and 2.5-97.5 percentile range, and the stored
-    differential with its interval and verdict.
-
-    The ablation stage (ablation.py) writes these columns; this is the one place that reads them."""
+    differential with its interval and verdict (the matched-random summary is the CLI's too:
+    schema.random_draws_summary)."""
     keys = ["model", "revision", "circuit", "mode"]
     rows = []
     for key, group in ablations.groupby(keys, sort=False):
@@ -199,11 +193,11 @@ def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
         values = {kind: group.loc[group.condition == kind, metric].to_numpy(dtype=float)
                   for kind in ("clean", "circuit", "random", "layers", "single")}
         seeds = values["random"]
-        low, high = np.percentile(seeds, [2.5, 97.5]) if len(seeds) else (np.nan, np.nan)
+        mean, low, high = random_draws_summary(seeds)
         once = {kind: values[kind][0] if len(values[kind]) else np.nan for kind in ("clean", "circuit", "layers")}
         rows.append({**dict(zip(keys, key)), "tokens": first["tokens"], "metric": metric,
                      "circuit_heads": first["circuit_heads"], **once,
-                     "random_mean": seeds.mean() if len(seeds) else np.nan, "random_low": low, "random_high": high,
+                     "random_mean": mean, "random_low": low, "random_high": high,
                      "random_seeds": seeds, "singles": values["single"],
                      "single_heads": list(group.loc[group.condition == "single", "heads"]),
                      "differential": first["differential"], "differential_low": first["differential_low"],
@@ -215,7 +209,7 @@ def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
 # What is missing.
 
 
-def panel_gaps(data: PanelData) -> list[str]:
+def panel_gaps(data: ReportData) -> list[str]:
     """What the whole panel lacks, one sentence each."""
     gaps = []
     if data.unfinished:
@@ -234,7 +228,7 @@ def panel_gaps(data: PanelData) -> list[str]:
     return gaps
 
 
-def model_gaps(panel: ModelPanel, config: TrajectoryConfig) -> list[str]:
+def model_gaps(panel: ModelTrajectory, config: TrajectoryConfig) -> list[str]:
     """What one model's results lack for the figures, one sentence each."""
     gaps = []
     revisions = panel.revisions
@@ -254,6 +248,6 @@ def model_gaps(panel: ModelPanel, config: TrajectoryConfig) -> list[str]:
     if panel.heads["sel_null"].isna().all():
         gaps.append("no null selectivity (sel_null): the noise floor (F6) is not measurable")
     if not final_circuit(panel, config):
-        gaps.append(f"no head at {config.induction_threshold:g}x induction selectivity at the last revision: no final "
+        gaps.append(f"no head at {config.thresholds.induction_threshold:g}x induction selectivity at the last revision: no final "
                     "circuit, so recall (F4) is not drawn and the trajectory figure shows the strongest heads")
     return gaps

@@ -20,13 +20,13 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
-from headtrace.report.data import (INDUCTION_MILESTONE, LABEL_ORDER, SINK_MILESTONE, PanelData, TimeAxis,
+from headtrace.report.data import (INDUCTION_MILESTONE, LABEL_ORDER, SINK_MILESTONE, ReportData, TimeAxis,
                                   ablation_summary, family_finding, family_sink_curve, finding, grid_revisions,
                                   label_grid, model_milestones, revision_label, sink_curve, sink_layer_matrix,
                                   time_axis, timeline, trajectory_heads)
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.store import slug
-from headtrace.trajectory import ModelPanel, recall, tokens_label
+from headtrace.trajectory import ModelTrajectory, recall, tokens_label
 
 STYLE = {"svg.fonttype": "none", "svg.hashsalt": "headtrace", "font.size": 8.5, "axes.titlesize": 9,
          "legend.fontsize": 7.5, "xtick.labelsize": 7.5, "ytick.labelsize": 7.5, "figure.dpi": 100}
@@ -114,17 +114,17 @@ def _head_tip(row, tokens: float) -> str:
 # Panel-wide figures.
 
 
-def sink_fraction_plot(data: PanelData) -> Plot:
+def sink_fraction_plot(data: ReportData) -> Plot:
     """Sink fraction vs training tokens, one line per model, milestones marked."""
     c = data.config
     levels = ", ".join(f"{f:.0%}" for f in c.sink_fractions)
     counts = ", ".join(str(n) for n in c.induction_counts)
     plot = Plot("sink-fraction", "Sink (BOS-attractor) heads over training", (
-        f"Share of all heads that are sink heads (first-token selectivity >= {c.sink_threshold:g}x: mean attention "
+        f"Share of all heads that are sink heads (first-token selectivity >= {c.thresholds.sink_threshold:g}x: mean attention "
         "from the query to position 0 over its mean attention to 50 fixed baseline positions) against training "
         f"tokens (log axis), one line per model. Stars: the first revision where the fraction reaches {levels} "
         f"(dotted levels); dashed verticals: the first revision with >= {counts} induction heads (induction "
-        f"selectivity >= {c.induction_threshold:g}x). A milestone happened after the revision before it and no later "
+        f"selectivity >= {c.thresholds.induction_threshold:g}x). A milestone happened after the revision before it and no later "
         "than the one marked."))
     if data.families:
         plot.caption += (" A seed family is drawn as its median over seeds (thick) and the range over seeds (band) at "
@@ -168,7 +168,7 @@ def sink_fraction_plot(data: PanelData) -> Plot:
     for level in c.sink_fractions:
         ax.axhline(level, color="0.75", ls=":", lw=0.8, zorder=0)
     _token_axis(ax)
-    ax.set_ylabel(f"sink heads (first-token >= {c.sink_threshold:g}x) / all heads")
+    ax.set_ylabel(f"sink heads (first-token >= {c.thresholds.sink_threshold:g}x) / all heads")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(0, 1)
     ax.legend(loc="upper left")
@@ -178,14 +178,14 @@ def sink_fraction_plot(data: PanelData) -> Plot:
     return plot
 
 
-def _seed_values(data: PanelData, values: dict, show) -> str:
+def _seed_values(data: ReportData, values: dict, show) -> str:
     """Per-seed values as 'seed 0 12.5%, seed 1 ...' (values keyed by model or by seed)."""
     items = sorted(((data.seed_of(k) if isinstance(k, str) and data.seed_of(k) is not None else int(k), v)
                     for k, v in values.items()))
     return ", ".join(f"seed {s} {show(v)}" for s, v in items)
 
 
-def _family_sink_curve(ax: Axes, plot: Plot, data: PanelData, name: str, panels: list[ModelPanel], color: str) -> None:
+def _family_sink_curve(ax: Axes, plot: Plot, data: ReportData, name: str, panels: list[ModelTrajectory], color: str) -> None:
     """A family on the sink-fraction figure: faint seeds, the band over seeds, the median, median milestones."""
     drawn = [p for p in panels if time_axis(p).log]
     for panel in drawn:
@@ -241,13 +241,13 @@ def milestone_labels(stones: pd.DataFrame) -> pd.DataFrame:
             .assign(label=lambda f: ">=" + f.threshold + f.unit))
 
 
-def milestones_plot(data: PanelData) -> Plot:
+def milestones_plot(data: ReportData) -> Plot:
     """Induction and sink milestones per model (or seed family) on one token axis, with the F3 ratio."""
     c = data.config
     plot = Plot("milestones", "Milestones: induction circuit vs sink spread", (
         "For each model, the first revision where the induction circuit has >= "
-        f"{', '.join(map(str, c.induction_counts))} heads (induction selectivity >= {c.induction_threshold:g}x) and "
-        f"where the sink fraction (first-token selectivity >= {c.sink_threshold:g}x) reaches "
+        f"{', '.join(map(str, c.induction_counts))} heads (induction selectivity >= {c.thresholds.induction_threshold:g}x) and "
+        f"where the sink fraction (first-token selectivity >= {c.thresholds.sink_threshold:g}x) reaches "
         f"{', '.join(f'{f:.0%}' for f in c.sink_fractions)}; each bar is the bracket the event lies in (after the "
         "revision before, no later than the marked one). The arrow carries F3's ratio tokens(sink fraction >= "
         f"{c.timing_sink_fraction:.0%}) / tokens(induction >= {c.timing_induction_count} heads), with its range over "
@@ -301,7 +301,7 @@ def milestones_plot(data: PanelData) -> Plot:
     return plot
 
 
-def _family_lanes(ax: Axes, plot: Plot, data: PanelData, family: str, reached: pd.DataFrame,
+def _family_lanes(ax: Axes, plot: Plot, data: ReportData, family: str, reached: pd.DataFrame,
                   lanes: dict[str, float], low: float) -> None:
     """A family's milestone lanes: each seed's milestone (faint), the range over seeds (bar), the median."""
     _, numbers = family_finding(data, family, "milestones")
@@ -342,7 +342,7 @@ def _family_lanes(ax: Axes, plot: Plot, data: PanelData, family: str, reached: p
                 textcoords="offset points", fontsize=7, ha="right", va="center")
 
 
-def _ratio_arrow(ax: Axes, data: PanelData, model: str, lanes: dict[str, float]) -> None:
+def _ratio_arrow(ax: Axes, data: ReportData, model: str, lanes: dict[str, float]) -> None:
     """F3: an arrow from the induction milestone to the sink milestone, labelled with the ratio."""
     row, numbers = finding(data, model, "F3")
     if "ratio" not in numbers:
@@ -363,12 +363,12 @@ def _ratio_arrow(ax: Axes, data: PanelData, model: str, lanes: dict[str, float])
 # Per-model figures.
 
 
-def sink_layers_plot(data: PanelData, panel: ModelPanel) -> Plot:
+def sink_layers_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Layer x revision heatmap of sink heads per layer; the F1 floor marked."""
     c = data.config
     row, _ = finding(data, panel.name, "F1")
     plot = Plot(f"sink-layers-{slug(panel.name)}", f"{panel.name}: sink heads per layer", (
-        f"Sink heads (first-token selectivity >= {c.sink_threshold:g}x) in each layer (rows, layer 0 at the bottom) at "
+        f"Sink heads (first-token selectivity >= {c.thresholds.sink_threshold:g}x) in each layer (rows, layer 0 at the bottom) at "
         f"each revision (columns, training order) of {panel.name}; grey: unknown. The dashed line tops the F1 floor "
         f"(layers 0-{c.floor_layers - 1}). F1 {row.status}: {row.statement}."))
     matrix = sink_layer_matrix(panel)
@@ -403,7 +403,7 @@ def sink_layers_plot(data: PanelData, panel: ModelPanel) -> Plot:
     return plot
 
 
-def labels_plot(data: PanelData, panel: ModelPanel) -> Plot:
+def labels_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Layer x head grid of labels, one small panel per revision."""
     c = data.config
     revisions = grid_revisions(panel)
@@ -411,7 +411,7 @@ def labels_plot(data: PanelData, panel: ModelPanel) -> Plot:
     plot = Plot(f"labels-{slug(panel.name)}", f"{panel.name}: head labels per revision", (
         f"Each head's label at each revision of {panel.name}{shown}: rows are layers (0 at the bottom), columns heads. "
         f"A head's label is its best class (largest selectivity of the six classes: attention to the class's target "
-        f"position over the baseline) when that selectivity is >= {c.label_threshold:g}x, else unclassified. Hover "
+        f"position over the baseline) when that selectivity is >= {c.thresholds.label_threshold:g}x, else unclassified. Hover "
         "a cell for the head's numbers."))
     n_layers, n_heads = panel.heads.layer.max() + 1, panel.heads["head"].max() + 1
     ncols = min(len(revisions), 5)
@@ -443,17 +443,17 @@ def labels_plot(data: PanelData, panel: ModelPanel) -> Plot:
     return plot
 
 
-def induction_plot(data: PanelData, panel: ModelPanel) -> Plot:
+def induction_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Induction selectivity of the final circuit's heads, the threshold, and top-1 on a twin axis."""
     c = data.config
     heads, final = trajectory_heads(panel, c)
-    chosen = (f"the final induction circuit (heads >= {c.induction_threshold:g}x at the last revision, "
+    chosen = (f"the final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at the last revision, "
               f"{panel.names[-1]})" if final else
               f"the {len(heads)} heads with the highest induction selectivity at any revision (no head is >= "
-              f"{c.induction_threshold:g}x at the last revision, so there is no final circuit)")
+              f"{c.thresholds.induction_threshold:g}x at the last revision, so there is no final circuit)")
     plot = Plot(f"induction-{slug(panel.name)}", f"{panel.name}: induction selectivity and capability", (
         f"Induction selectivity (attention from the second A to the token after the first A, over the baseline; log "
-        f"axis) of {chosen}, with the {c.induction_threshold:g}x circuit line; grey, right axis: top-1 accuracy of "
+        f"axis) of {chosen}, with the {c.thresholds.induction_threshold:g}x circuit line; grey, right axis: top-1 accuracy of "
         "the induction target at the query (capability)."))
     axis = time_axis(panel)
     x = axis.x[axis.drawn]
@@ -467,7 +467,7 @@ def induction_plot(data: PanelData, panel: ModelPanel) -> Plot:
         plot.tip(points, [f"{head} · {revision_label(n, t)}\ninduction {v:.1f}x"
                           for n, t, v in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], y)])
     ax.set_yscale("log")
-    _threshold_line(ax, c.induction_threshold, f"{c.induction_threshold:g}x circuit")
+    _threshold_line(ax, c.thresholds.induction_threshold, f"{c.thresholds.induction_threshold:g}x circuit")
     plot.caption += _ceiling_line(ax, x, panel.revisions.ceiling_induction.to_numpy(dtype=float)[axis.drawn])
     ax.set_ylabel("induction selectivity (x baseline)")
     _use_time_axis(ax, axis)
@@ -490,16 +490,16 @@ def induction_plot(data: PanelData, panel: ModelPanel) -> Plot:
     return plot
 
 
-def spectral_plot(data: PanelData, panel: ModelPanel) -> Plot:
+def spectral_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Per final-circuit head: PR and induction selectivity on one time axis; F5's marks."""
     c = data.config
     row, numbers = finding(data, panel.name, "F5")
     plot = Plot(f"spectral-{slug(panel.name)}", f"{panel.name}: PR and selectivity per circuit head (F5)", (
         f"Per final-circuit head of {panel.name}: participation ratio (blue, left axis; PR = exp of the entropy of "
         "the normalised squared singular values of the head's outputs at the query) and induction selectivity (red, "
-        f"right, log; dashed: {c.induction_threshold:g}x) on one time axis. Dotted: the revision where PR is first "
+        f"right, log; dashed: {c.thresholds.induction_threshold:g}x) on one time axis. Dotted: the revision where PR is first "
         f"elevated (>= {c.pr_rise_fraction:g} of its largest rise above its running minimum, that rise >= "
-        f"{c.pr_min_rise:g}) and the one where selectivity first crosses {c.induction_threshold:g}x. "
+        f"{c.pr_min_rise:g}) and the one where selectivity first crosses {c.thresholds.induction_threshold:g}x. "
         f"F5 {row.status}: {row.statement}."))
     heads, final = trajectory_heads(panel, c)
     pr = panel.wide("pr")
@@ -528,7 +528,7 @@ def spectral_plot(data: PanelData, panel: ModelPanel) -> Plot:
         twin = ax.twinx()
         twin.plot(x, sel, color="C3", lw=1.1, marker="s", ms=2.5)
         twin.set_yscale("log")
-        twin.axhline(c.induction_threshold, color="C3", ls="--", lw=0.8)
+        twin.axhline(c.thresholds.induction_threshold, color="C3", ls="--", lw=0.8)
         twin.set_ylabel("induction selectivity", color="C3", fontsize=7)
         _use_time_axis(ax, axis)
         ax.set_xlabel("")
@@ -548,13 +548,13 @@ def spectral_plot(data: PanelData, panel: ModelPanel) -> Plot:
     return plot
 
 
-def recall_plot(data: PanelData, panel: ModelPanel) -> Plot:
+def recall_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Recall of the final induction circuit per revision (F4)."""
     c = data.config
     row, numbers = finding(data, panel.name, "F4")
     plot = Plot(f"recall-{slug(panel.name)}", f"{panel.name}: recall of the final induction circuit (F4)", (
-        f"Share of {panel.name}'s final induction circuit (heads >= {c.induction_threshold:g}x at the last revision) "
-        f"already >= {c.induction_threshold:g}x at each revision; dotted: "
+        f"Share of {panel.name}'s final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at the last revision) "
+        f"already >= {c.thresholds.induction_threshold:g}x at each revision; dotted: "
         f"{', '.join(f'{level:.0%}' for level in c.recall_levels)}. F4 {row.status}: {row.statement}."))
     heads, final = trajectory_heads(panel, c)
     if not final or len(panel.names) < 2:
@@ -562,14 +562,14 @@ def recall_plot(data: PanelData, panel: ModelPanel) -> Plot:
         return plot
     axis = time_axis(panel)
     shares = recall(panel, c).to_numpy()[axis.drawn]
-    members = panel.wide("sel_induction")[heads] >= c.induction_threshold
+    members = panel.wide("sel_induction")[heads] >= c.thresholds.induction_threshold
     fig = _figure(7.5, 3.2)
     ax = fig.add_subplot()
     x = axis.x[axis.drawn]
     ax.plot(x, shares, color="C3", lw=1.6, drawstyle="steps-post")
     points = ax.scatter(x, shares, color="C3", s=18, zorder=3)
     plot.tip(points, [f"{revision_label(n, t)}\nrecall {share:.0%}: "
-                      + (", ".join(h for h in heads if members.loc[n, h]) or "none") + f" >= {c.induction_threshold:g}x"
+                      + (", ".join(h for h in heads if members.loc[n, h]) or "none") + f" >= {c.thresholds.induction_threshold:g}x"
                       for n, t, share in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], shares)])
     for level in c.recall_levels:
         ax.axhline(level, color="0.7", ls=":", lw=0.8)
@@ -581,7 +581,7 @@ def recall_plot(data: PanelData, panel: ModelPanel) -> Plot:
                     fontsize=6.5, ha="right")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(-0.03, 1.08)
-    ax.set_ylabel(f"final circuit >= {c.induction_threshold:g}x")
+    ax.set_ylabel(f"final circuit >= {c.thresholds.induction_threshold:g}x")
     _use_time_axis(ax, axis)
     plot.figure = fig
     return plot
@@ -591,7 +591,7 @@ def recall_plot(data: PanelData, panel: ModelPanel) -> Plot:
 # Ablations.
 
 
-def ablations_plot(data: PanelData) -> Plot:
+def ablations_plot(data: ReportData) -> Plot:
     """Per ablation: the deciding metric under each condition, and the circuit-vs-random differential."""
     plot = Plot("ablations", "Ablations: circuit vs matched-random heads", (
         "One row per ablation (model, revision, circuit, mode). Left: the deciding metric (decided_by: top-1 when "
@@ -638,13 +638,13 @@ def ablations_plot(data: PanelData) -> Plot:
     return plot
 
 
-def family_circuits_plot(data: PanelData, family: str) -> Plot:
+def family_circuits_plot(data: ReportData, family: str) -> Plot:
     """Which heads across seeds: each seed's own final circuit per layer, and when it formed."""
     c = data.config
     row, numbers = family_finding(data, family, "circuit")
     seeds = data.families[family]
     plot = Plot(f"circuits-{slug(family)}", f"{family}: induction circuits across {len(seeds)} seeds", (
-        f"Left: each seed's own final induction circuit (heads >= {c.induction_threshold:g}x at that seed's last "
+        f"Left: each seed's own final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at that seed's last "
         "revision) counted per layer; a head's identity does not carry over between seeds, so the layers and the size "
         f"are what compares. Right: when it formed: the bracket of the first revision with >= "
         f"{c.timing_induction_count} induction heads (bar; dot at its upper end) and the first revision with the whole "
@@ -674,7 +674,7 @@ def family_circuits_plot(data: PanelData, family: str) -> Plot:
     left.set_yticks(np.arange(len(seeds)) + 0.5, [f"seed {s}" for s in seeds])
     left.set_xlabel("layer")
     stones = data.milestones.set_index(["model", "milestone"])
-    name = f"induction >= {c.timing_induction_count} heads at {c.induction_threshold:g}x"
+    name = f"induction >= {c.timing_induction_count} heads at {c.thresholds.induction_threshold:g}x"
     complete = numbers["complete_tokens"]["per_seed"]
     formed = []
     for i, (seed, model) in enumerate(seeds.items()):
@@ -705,10 +705,10 @@ def family_circuits_plot(data: PanelData, family: str) -> Plot:
     return plot
 
 
-def panel_plots(data: PanelData) -> list[Plot]:
+def panel_plots(data: ReportData) -> list[Plot]:
     return [sink_fraction_plot(data), milestones_plot(data)] + [family_circuits_plot(data, f) for f in data.families]
 
 
-def model_plots(data: PanelData, panel: ModelPanel) -> list[Plot]:
+def model_plots(data: ReportData, panel: ModelTrajectory) -> list[Plot]:
     return [sink_layers_plot(data, panel), labels_plot(data, panel), induction_plot(data, panel),
             spectral_plot(data, panel), recall_plot(data, panel)]

@@ -16,7 +16,7 @@ import pandas as pd
 
 from headtrace import __version__
 from headtrace.families import family_rows, family_status_class, model_rows
-from headtrace.report.data import PanelData, model_gaps, panel_gaps, revision_label
+from headtrace.report.data import ReportData, model_gaps, panel_gaps, revision_label
 from headtrace.report.figures import Plot
 from headtrace.schema import ceiling_text
 from headtrace.store import slug
@@ -84,7 +84,7 @@ def _figure(plot: Plot, svg: str, number: int) -> str:
             f"{_e(plot.caption)}{files}</figcaption></figure>")
 
 
-def _families(data: PanelData) -> str:
+def _families(data: ReportData) -> str:
     """The findings across seeds, one table per family (empty without families)."""
     summary = family_rows(data.findings)
     if summary.empty:
@@ -102,7 +102,7 @@ def _families(data: PanelData) -> str:
     return "".join(parts) + ("<h3>Per model (each seed of a family, and single models)</h3>" if parts else "")
 
 
-def _findings(data: PanelData) -> str:
+def _findings(data: ReportData) -> str:
     table = model_rows(data.findings)
     rows = "".join(
         f"<tr><td>{_e(r.model)}</td><td>{_e(r.finding)} {_e(r.title)}</td>"
@@ -113,7 +113,7 @@ def _findings(data: PanelData) -> str:
             f"</thead><tbody>{rows}</tbody></table><h3>Criteria</h3>{_table(criteria)}")
 
 
-def _metadata(data: PanelData) -> str:
+def _metadata(data: ReportData) -> str:
     runs = data.runs
     summary = []
     for model, group in runs.groupby("model", sort=False):
@@ -164,7 +164,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _family_count(data: PanelData) -> str:
+def _family_count(data: ReportData) -> str:
     n = len(data.families)
     return f" ({n} seed {'family' if n == 1 else 'families'})" if n else ""
 
@@ -173,7 +173,7 @@ def _gaps(gaps: list[str]) -> str:
     return '<ul class="gaps">' + "".join(f"<li>{_e(g)}</li>" for g in gaps) + "</ul>" if gaps else ""
 
 
-def page(data: PanelData, overview: list[Plot], per_model: dict[str, list[Plot]], ablation: Plot,
+def page(data: ReportData, overview: list[Plot], per_model: dict[str, list[Plot]], ablation: Plot,
          svgs: dict[str, str]) -> str:
     """The whole page as one HTML string."""
     counter = itertools.count(1)
