@@ -230,12 +230,13 @@ def select_members(group: Sequence, catalogs: Sequence[list[Revision]], where: s
 
 
 def manifest_entry(models: Sequence, gaps: Sequence[Gap]) -> dict:
-    """The manifest's record of a panel's families: members by seed, and what each lacks."""
+    """The manifest's record of a panel's families: members by seed, and what each lacks (nothing
+    for a panel without families: its manifest stays as it was)."""
     families: dict[str, dict[str, str]] = {}
     for model in models:
         if model.family is not None:
             families.setdefault(model.family, {})[str(model.seed)] = model.id
-    return {"families": families, "missing": [g.as_dict() for g in gaps]}
+    return {"families": families, "missing": [g.as_dict() for g in gaps]} if families else {}
 
 
 def read_gaps(results_dir: str | Path) -> list[Gap]:
