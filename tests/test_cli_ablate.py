@@ -12,7 +12,7 @@ def test_ablate_prints_table_verdict_and_shortfall_and_writes_parquet(checkpoint
                      "--n-bootstrap", 100, "--out", out)
     assert proc.returncode == 0, proc.stderr
     shown, said = " ".join(proc.stdout.split()), " ".join(proc.stderr.split())  # rich wraps at 80 columns
-    for text in ("condition", "(mean)", "(2.5-97.5%)", "layers", "single", "differential (loss", "-> not shown"):
+    for text in ("condition", "(mean)", "(95%)", "layers", "single", "differential (loss", "-> not shown"):
         assert text in shown
     assert "shortfall" in said and "2 head(s) fewer" in said
     table = pd.read_parquet(out / "ablations")

@@ -363,10 +363,16 @@ def demo(
     n_examples: int = typer.Option(256, "--n-examples", "-n", help="Probe sequences per checkpoint."),
     seed: int = typer.Option(0, help="Seed of the organisms' initialisation and data."),
     threads: int = typer.Option(1, min=1, help="Torch threads for training."),
+    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Train N organisms (seeds SEED .. SEED+N-1) as "
+                                        "one seed family and report each finding across seeds; about N times the "
+                                        "plain demo's time (e.g. --seeds 3)."),
 ) -> None:
     """Watch circuits form, offline: train the organism, screening it as it trains; ablate the final
     checkpoint, write the report."""
     import time
+
+    if seeds is not None:
+        return _family_demo(out, seeds, seed, steps, n_examples, threads, compare)
 
     from headtrace.organism.demo import DemoPaths, demo_organisms, demo_screen, panel_toml
     from headtrace.report import build_report
@@ -393,6 +399,51 @@ def demo(
     write_findings(paths.results)
     page = build_report(paths.results)
     _print_organism_trajectories(paths.results)
+    console.print(f"findings: {escape(str(paths.results / 'findings.md'))}", highlight=False)
+    console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
+                  f"[bold]{escape(str(page.resolve()))}[/]\nre-screen with: headtrace run {escape(str(paths.panel))} "
+                  f"--out {escape(str(paths.results))}", highlight=False)
+
+
+def _family_demo(out: Path, n_seeds: int, first_seed: int, steps: Optional[int], n_examples: int, threads: int,
+                 compare: bool) -> None:
+    """`headtrace demo --seeds N`: the demo's organism trained with N seeds as one seed family
+    (families.py), screened, its findings summarised across seeds, and the report."""
+    import time
+
+    from headtrace.families import family_rows, train_pending
+    from headtrace.organism.demo import DemoPaths, demo_organisms, demo_screen, family_panel_toml
+    from headtrace.panel import load_panel
+    from headtrace.report import build_report
+    from headtrace.store import check_writable
+    from headtrace.trajectory import write_findings
+
+    if compare:
+        raise HeadtraceError("--seeds and --compare do not combine; run them one at a time")
+    started = time.perf_counter()
+    paths = DemoPaths(out)
+    organism = demo_organisms(steps=steps, seed=first_seed)["organism-dense"]
+    organism.validate()  # before anything is written or trained
+    screen_config = demo_screen(organism.corpus, n_examples)
+    screen_config.validate()
+    check_writable(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths.panel.write_text(family_panel_toml("demo", screen_config, list(range(first_seed, first_seed + n_seeds)),
+                                             steps, ablation_draws=10))
+    train_pending(load_panel(paths.panel), lambda organism, folder, label: _train_with_progress(organism, folder,
+                                                                                                 label, threads))
+    run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
+        gpus_per_task=None, cpus_per_task=1.0, max_retries=3)
+    table = family_rows(write_findings(paths.results))
+    page = build_report(paths.results)
+    for family, rows in table.groupby("family", sort=False):
+        shown = Table(title=f"{escape(family)}: {n_seeds} seeds, each finding across seeds", show_lines=True)
+        shown.add_column("finding", ratio=2, overflow="fold")
+        shown.add_column("status", no_wrap=True)
+        shown.add_column("statement", ratio=7, overflow="fold")
+        for row in rows.itertuples():
+            shown.add_row(escape(f"{row.finding} {row.title}"), _status(row.status), escape(row.statement))
+        out_console.print(shown)
     console.print(f"findings: {escape(str(paths.results / 'findings.md'))}", highlight=False)
     console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
                   f"[bold]{escape(str(page.resolve()))}[/]\nre-screen with: headtrace run {escape(str(paths.panel))} "
@@ -432,7 +483,7 @@ def print_ablation(result) -> None:
     metrics = ("top1", "top5", "loss", "mean_logit_answer")
     deciding = metrics.index(first.decided_by)
     shown.columns[2 + deciding].header += "*"
-    shown.caption = "* the deciding metric"
+    shown.caption = "* the deciding metric; 95%: the draws' 2.5-97.5 percentiles"
 
     def add(label: str, heads: str, values) -> None:
         shown.add_row(label, heads, *values)
@@ -446,7 +497,7 @@ def print_ablation(result) -> None:
             heads = f"{len(random)} draws, {int(random.n_ablated.iloc[0])} heads each"
             summaries = [random_draws_summary(random[m]) for m in metrics]
             add("random (mean)", heads, [f"{mean:.3f}" for mean, _, _ in summaries])
-            add("random (2.5-97.5%)", "", [f"{low:.3f}-{high:.3f}" for _, low, high in summaries])
+            add("random (95%)", "", [f"{low:.3f}-{high:.3f}" for _, low, high in summaries])
     out_console.print(shown)
     shortfall = int(table.shortfall.max())
     if shortfall:
@@ -460,7 +511,7 @@ def print_ablation(result) -> None:
     out_console.print(f"deciding metric: {first.decided_by} ({why})", highlight=False)
     out_console.print(
         f"differential ({first.decided_by}; damage(circuit) - damage(random)): {first.differential:+.4f} "
-        f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and seeds) "
+        f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and draws) "
         f"-> [{style}]{first.verdict}[/]   (circuit: {first.circuit_heads}, from {result.circuit_source}; "
         f"{int(first.n_examples)} examples, {result.wall_s:.1f} s)", highlight=False)
 
@@ -517,6 +568,12 @@ def ablate(
         console.print(f"results written to {out}/ablations/", highlight=False, markup=False)
 
 
+def _status(status: str) -> str:
+    """A finding's status in its colour; a family's ('holds in 8/9') in its leading outcome's."""
+    style = STATUS_STYLE.get(status.split(" in ")[0])
+    return f"[{style}]{escape(status)}[/]" if style else escape(status)
+
+
 STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim", "sharp": "cyan",
                 "gradual": "cyan", "as expected": "green", "differs": "yellow"}
 
@@ -553,9 +610,8 @@ def findings(
     shown.add_column("status", no_wrap=True)
     shown.add_column("statement", overflow="fold", ratio=6)
     for row in table.itertuples():
-        style = STATUS_STYLE.get(row.status, "")
-        shown.add_row(escape(row.model), escape(f"{row.finding} {row.title}"), f"[{style}]{escape(row.status)}[/]",
-                      escape(row.statement))
+        model = row.model if isinstance(row.model, str) else f"{row.family} (across seeds)"
+        shown.add_row(escape(model), escape(f"{row.finding} {row.title}"), _status(row.status), escape(row.statement))
     out_console.print(shown)
     console.print(f"written: {results / 'findings.parquet'}, {results / 'findings.md'}", highlight=False, markup=False)
 
@@ -611,6 +667,8 @@ class RunProgress:
                       + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
                       + "".join(f", {len(t.todo)} to run {name}" + (f" ({len(t.kept)} done)" if t.kept else "")
                                 for name, t in plan.stages.items() if t.todo or t.kept))
+        for gap in plan.missing:
+            console.print(f"[yellow]missing:[/] {escape(gap.text())}", highlight=False)
         self.done, self.total = done, len(plan.planned)
         self.panel = self.progress.add_task(f"panel {self.name}", total=self.total, completed=done,
                                             info=f"{done}/{self.total} revisions")
@@ -665,6 +723,7 @@ def run(
 ) -> None:
     """Screen every (model, revision) of a panel; re-running resumes where it stopped."""
     from headtrace.executors import RayOptions
+    from headtrace.families import train_pending
     from headtrace.panel import load_panel, run_panel
 
     from headtrace.schema import planned_ceilings
@@ -673,6 +732,7 @@ def run(
     spec = load_panel(panel)
     out = out or Path("results") / spec.name
     warn_ceilings(spec.screen, planned_ceilings(spec.screen))
+    train_pending(spec, _train_with_progress)  # organisms of `train = true` entries not trained yet
     kept = f"finished revisions in {out}/ are kept and a re-run skips them"
     columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())

@@ -99,9 +99,14 @@ class TaskSettings:
     keep_checkpoints: bool = False
     stages: tuple[Stage, ...] = (ScreenStage(),)  # every stage a task may name, by its name
     model_configs: tuple[tuple[str, ScreenConfig], ...] = ()  # per-model screen configs (a panel model's dtype)
+    members: tuple[tuple[str, str, int], ...] = ()  # (model, family, seed) of seed families' members
 
     def config_for(self, model: str) -> ScreenConfig:
         return dict(self.model_configs).get(model, self.config)
+
+    def member(self, model: str) -> tuple[str, int] | None:
+        """A family member's (family, seed); None for a single model."""
+        return next(((family, seed) for name, family, seed in self.members if name == model), None)
 
 
 def fetch(task: Task, reporter: Reporter) -> Checkpoint | TaskResult:
@@ -139,6 +144,7 @@ def _run_stages(task: Task, checkpoint: Checkpoint, settings: TaskSettings, repo
         model=task.source.name, revision=task.revision, adapter=adapter, probe=probe, config=config,
         results=ResultsDir(settings.out), source=checkpoint.source, checkpoint_hash=checkpoint.checkpoint_hash,
         downloaded_bytes=checkpoint.downloaded_bytes, fetch_s=checkpoint.fetch_s, load_s=load_s,
+        member=settings.member(task.source.name),
         progress=lambda step: reporter.screening(f"{task.label} {step}".strip()))
     stages = {stage.name: stage for stage in settings.stages}
     outcome = TaskResult(task)

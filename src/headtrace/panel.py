@@ -15,6 +15,9 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     # tokens_per_step = 4194304          # stepN names of schemes headtrace does not know
     # expect = { F2 = "gradual" }        # expected result of a measurement finding: as expected / differs
     # dtype = "float16"                  # this model's compute dtype (default: the [screen] dtype)
+    # seeds = [1, 2, 3]                  # a seed family: {seed} in id (and path) names each member;
+    # seed0 = "EleutherAI/pythia-160m"   # ... seed0 the hub id of seed 0; family = "name"; organisms:
+    # train = true                       # ... train = true trains those missing, organism = { steps = 600 }
     [ablation]                           # optional: a stage (stages.py): circuit, draws, mode, revisions
     [download]                           # optional: attempts, backoff_s, max_backoff_s (RetryPolicy)
 
@@ -23,7 +26,9 @@ shards already written with the same config hash, runs the rest on an executor (
 and keeps `DIR/manifest.json` up to date. Each further section names a registered stage (the
 ablation, or one a user adds) that runs on the selected revisions after their screen; a result
 already stored with the same config is kept, so a re-run resumes. A lock file stops two runs
-from sharing a directory. Planning is torch-free: the model code loads when a task runs.
+from sharing a directory. Planning is torch-free: the model code loads when a task runs. A seed
+family's entry expands into one model per seed, whose shards carry `family` and `seed` columns
+(families.py).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
 import os
@@ -48,7 +54,7 @@ from headtrace import __version__
 from headtrace.errors import DiskFull, HeadtraceError
 from headtrace.executors import (EXECUTORS, ExecutionOptions, QuietReporter, RayOptions, Reporter, Task, TaskResult,
                                  TaskSettings)
-from headtrace.revisions import select
+from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members, train_pending
 from headtrace.schema import FLAT_TYPES, SCHEMA_VERSION, ScreenConfig
 from headtrace.sources import SOURCES, CheckpointSource, RetryPolicy
 from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
@@ -74,6 +80,9 @@ class ModelSpec:
     tokens_per_step: float | None = None
     expect: tuple[tuple[str, str], ...] = ()  # (finding, expected result), e.g. (("F2", "gradual"),)
     dtype: str | None = None  # the compute dtype of this model's screens (default: the [screen] dtype)
+    family: str | None = None  # a seed family's name (families.py); None for a single model
+    seed: int | None = None  # the member's training seed
+    organism: object | None = None  # organism.train.Organism to train when its folder lacks it (train = true)
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
     def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
@@ -126,6 +135,11 @@ _MODEL_KEYS = {
     "tokens_per_step": "float",
     "expect": "table",
     "dtype": "str",
+    "seeds": "seeds",
+    "seed0": "str",
+    "family": "str",
+    "train": "bool",
+    "organism": "table",
 }
 _SCREEN_KEYS = FLAT_TYPES
 _DOWNLOAD_KEYS = {f.name: str(f.type) for f in dataclasses.fields(RetryPolicy)}
@@ -176,6 +190,8 @@ _PYTHON_TYPES = {
 def _type_ok(value, kind: str) -> bool:
     if kind == "revisions":
         return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    if kind == "seeds":
+        return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     if isinstance(value, bool):  # TOML booleans are not numbers
         return kind == "bool"
     return isinstance(value, _PYTHON_TYPES[kind])
@@ -191,6 +207,7 @@ _TYPE_NAMES = {
     "table": "a table",
     "tables": "an array of tables ([[models]])",
     "revisions": "a list of names or 'log:N' / 'all'",
+    "seeds": "a list of integers",
 }
 
 
@@ -278,9 +295,10 @@ def load_panel(path: str | Path) -> Panel:
             except HeadtraceError as exc:
                 raise check.fail(table, "expect", str(exc)) from None
             values["expect"] = tuple(sorted(values["expect"].items()))
-        if any(m.id == values["id"] for m in models):
-            raise check.fail(table, "id", f"model '{values['id']}' is listed twice")
-        models.append(ModelSpec(**values, line=check.lines.of(table, "revisions")))
+        fail = functools.partial(check.fail, table)
+        members = expand(values, fail)
+        check_new_members(members, models, fail)
+        models += [ModelSpec(**member, line=check.lines.of(table, "revisions")) for member in members]
     if not models:
         raise check.fail("", "models", "the panel names no models: add a [[models]] table")
 
@@ -315,13 +333,19 @@ def _stage_plan(check: _Checker, name: str, values) -> StagePlan:
         raise check.fail(name, None, str(exc)) from None
 
 
-def plan(panel: Panel) -> list[Task]:
-    """One task per (model, revision), every revision checked against the names that exist."""
+def plan(panel: Panel, missing: list[Gap] | None = None, models: Sequence[ModelSpec] | None = None) -> list[Task]:
+    """One task per (model, revision), every revision checked against the names that exist. A seed
+    family's members are resolved together (families.select_members): revisions a member lacks go
+    to `missing`. `models`: plan only these (default: all)."""
     tasks = []
-    for model in panel.models:
-        source = model.checkpoint_source(panel.retry)
-        where = f"{panel.path}:{model.line}: {model.id}" if panel.path else model.id
-        tasks += [Task(source, revision) for revision in select(source.revisions(), model.revisions, where)]
+    for group in groups(panel.models if models is None else models):
+        sources = [model.checkpoint_source(panel.retry) for model in group]
+        name = group[0].family or group[0].id
+        where = f"{panel.path}:{group[0].line}: {name}" if panel.path else name
+        chosen, gaps = select_members(group, [source.revisions() for source in sources], where)
+        tasks += [Task(source, revision) for source, revisions in zip(sources, chosen) for revision in revisions]
+        if missing is not None:
+            missing += gaps
     return tasks
 
 
@@ -439,7 +463,8 @@ _MANIFEST_COLUMNS = (
 )
 
 
-def _write_manifest(out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: dict[str, str]) -> None:
+def _write_manifest(out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: dict[str, str],
+                    missing: Sequence[Gap] = ()) -> None:
     runs = runs.assign(same_weights_as=identical_weights(runs))
     columns = [c for c in _MANIFEST_COLUMNS if c in runs]
     shards = json.loads(runs[columns + ["shard"]].to_json(orient="records"))
@@ -453,6 +478,7 @@ def _write_manifest(out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: d
         "stages": {p.stage.name: {"revisions": p.revisions, **p.stage.describe()} for p in panel.stages},
         "shards": shards,
         "failed": [{"task": k, "error": v} for k, v in failed.items()],
+        **manifest_entry(panel.models, missing),
     }
     try:
         write_json_atomic(document, out.manifest)
@@ -480,6 +506,7 @@ class RunOutcome:
     identical: list[tuple[str, str, str]] = field(default_factory=list)  # (model, revision, same weights as)
     stale_lock: dict | None = None
     stages: dict[str, "StageTally"] = field(default_factory=dict)  # per stage after the screen
+    missing: list[Gap] = field(default_factory=list)  # revisions of its family's selection a member lacks
 
 
 @dataclass
@@ -504,10 +531,13 @@ def run_panel(
 ) -> RunOutcome:
     """Screen every (model, revision) of a panel into `out`, skipping shards already done.
 
-    All revision names are checked before any work starts. `on_start` sees the plan (what will be
-    skipped and recomputed) before the first task runs."""
+    All revision names are checked before any work starts; organisms of `train = true` entries are
+    trained first (families.train_pending). `on_start` sees the plan (what will be skipped and
+    recomputed) before the first task runs."""
     EXECUTORS.get(executor)
-    tasks = plan(panel)
+    train_pending(panel)
+    missing: list[Gap] = []
+    tasks = plan(panel, missing)
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -518,7 +548,7 @@ def run_panel(
     with OutputLock(results) as lock:
         runs = results.existing_runs()
         _check_written_by_us(results, runs)
-        result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner)
+        result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing)
         written = dict(zip(runs.shard, runs.config_hash))
         targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}
         result.stages = {p.stage.name: StageTally() for p in panel.stages}
@@ -560,12 +590,12 @@ def run_panel(
             for name, error in outcome.stage_errors.items():
                 result.stages[name].failed[outcome.task.label] = error
                 reporter.warn(f"{outcome.task.label}: {name} not run: {error}")
-            _write_manifest(results, panel, runs, result.failed)
+            _write_manifest(results, panel, runs, result.failed, missing)
             if outcome.fatal:
                 result.stopped_by = f"{outcome.task.label}: {outcome.error}"
                 break
         if not todo:
-            _write_manifest(results, panel, runs, result.failed)
+            _write_manifest(results, panel, runs, result.failed, missing)
     mine = runs[runs.shard.isin({t.shard for t in tasks})]
     result.identical = [
         (r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s
@@ -604,5 +634,6 @@ def _execute(tasks: list[Task], panel: Panel, out: Path, executor: str, keep: bo
         return iter(())
     settings = TaskSettings(config=panel.screen, out=str(out), keep_checkpoints=keep,
                             stages=(ScreenStage(), *(p.stage for p in panel.stages)),
-                            model_configs=tuple((m.id, panel.screen_for(m.id)) for m in panel.models if m.dtype))
+                            model_configs=tuple((m.id, panel.screen_for(m.id)) for m in panel.models if m.dtype),
+                            members=tuple((m.id, m.family, m.seed) for m in panel.models if m.family))
     return EXECUTORS.get(executor)(tasks, settings, reporter, options)

@@ -57,6 +57,7 @@ class CheckpointContext:
     downloaded_bytes: int = 0
     fetch_s: float = 0.0
     load_s: float = 0.0
+    member: tuple[str, int] | None = None  # (family, seed) of a seed family's member (families.py)
 
 
 @dataclass
@@ -120,7 +121,12 @@ class ScreenStage(Stage):
         run = result.run.assign(source=checkpoint.source, checkpoint_hash=checkpoint.checkpoint_hash,
                                 downloaded_bytes=checkpoint.downloaded_bytes, fetch_s=checkpoint.fetch_s,
                                 load_s=checkpoint.load_s, schema_version=SCHEMA_VERSION, finished_at=utc_now())
-        checkpoint.results.write_shard(result.heads, run)
+        heads = result.heads
+        if checkpoint.member is not None:
+            from headtrace.families import tag
+
+            heads, run = tag(heads, *checkpoint.member), tag(run, *checkpoint.member)
+        checkpoint.results.write_shard(heads, run)
         return StageResult(record=run.iloc[0].to_dict())
 
 

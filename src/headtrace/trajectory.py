@@ -669,7 +669,10 @@ def write_findings(results_dir: str | Path, config: TrajectoryConfig = Trajector
     """Compute the findings of a results directory; write DIR/findings.parquet and DIR/findings.md.
 
     `expect` (a panel's per-model expectations) is stored in DIR/expect.json and used by later calls
-    and the report; without it, the stored expectations apply."""
+    and the report; without it, the stored expectations apply. Seed families add their rows across
+    seeds (families.with_family_rows)."""
+    from headtrace.families import family_markdown, model_rows, read_gaps, with_family_rows
+
     config.validate()
     out = ResultsDir(results_dir)
     heads, runs = out.read()
@@ -678,7 +681,8 @@ def write_findings(results_dir: str | Path, config: TrajectoryConfig = Trajector
             check_expectations(expect)
             write_text_atomic(json.dumps(expect, indent=1, sort_keys=True), out.expect)
         table = findings(heads, runs, config, read_expectations(out.root))
+        table = with_family_rows(table, heads, runs, config, read_gaps(out.root))
         stones = milestones(revision_table(heads, runs, config), config)
         write_parquet_atomic(table, out.findings)
-        write_text_atomic(findings_markdown(table, stones), out.findings_md)
+        write_text_atomic(findings_markdown(model_rows(table), stones) + family_markdown(table), out.findings_md)
     return table

@@ -58,6 +58,20 @@ def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str], ablation
     return "\n".join(lines) + "\n"
 
 
+FAMILY = "organism-dense"  # `headtrace demo --seeds N`: the family's name; members organism-dense-s{seed}
+
+
+def family_panel_toml(name: str, screen: ScreenConfig, seeds: list[int], steps: int | None = None,
+                      ablation_draws: int = 0) -> str:
+    """A panel over a seed family of the demo's organism (organisms/dense-s{seed}), which `headtrace
+    run` trains where missing (`train = true`), so the file alone reproduces the demo."""
+    lines = ["", "[[models]]", f'id = "{FAMILY}-s{{seed}}"', f'family = "{FAMILY}"', 'source = "organism"',
+             f'path = "{ORGANISMS}/dense-s{{seed}}"', f"seeds = {list(seeds)}", "train = true", 'revisions = "all"']
+    if steps is not None:
+        lines.append(f"organism = {{ steps = {steps} }}")
+    return panel_toml(name, screen, {}, ablation_draws) + "\n".join(lines) + "\n"
+
+
 @dataclass
 class DemoPaths:
     out: Path

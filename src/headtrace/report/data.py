@@ -7,12 +7,13 @@ so a number on the page is the number in findings.parquet.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from headtrace.families import Gap, across_seeds, members, read_gaps, summary_numbers, with_family_rows
 from headtrace.probes import CLASSES
 from headtrace.schema import random_draws_summary
 from headtrace.store import ABLATIONS, ResultsDir
@@ -38,9 +39,28 @@ class ReportData:
     findings: pd.DataFrame
     ablations: pd.DataFrame | None  # DIR/ablations/*.parquet, one row per condition; None when absent
     unfinished: list[str]  # shards with a heads file but no run record
+    families: dict[str, dict[int, str]] = field(default_factory=dict)  # family -> {seed: model} (families.py)
+    gaps: list[Gap] = field(default_factory=list)  # revisions a family member lacks (from the manifest)
 
     def panel(self, model: str) -> ModelTrajectory:
         return next(p for p in self.panels if p.name == model)
+
+    def series(self) -> list[tuple[str, list[ModelTrajectory], bool]]:
+        """What the panel-wide figures draw, in panel order: (model, [its panel], False) for a single
+        model, (family, [member panels by seed], True) for a seed family."""
+        family_of = {m: f for f, seeds in self.families.items() for m in seeds.values()}
+        drawn, result = set(), []
+        for panel in self.panels:
+            family = family_of.get(panel.name)
+            if family is None:
+                result.append((panel.name, [panel], False))
+            elif family not in drawn:
+                drawn.add(family)
+                result.append((family, [self.panel(m) for m in self.families[family].values()], True))
+        return result
+
+    def seed_of(self, model: str) -> int | None:
+        return next((s for seeds in self.families.values() for s, m in seeds.items() if m == model), None)
 
 
 def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig()) -> ReportData:
@@ -51,10 +71,12 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
     heads, runs = results.read()
     panels = model_trajectories(heads, runs, config)
     revisions = pd.concat([p.revisions for p in panels], ignore_index=True)
+    gaps = read_gaps(out)
+    table = with_family_rows(findings(heads, runs, config, read_expectations(out)), heads, runs, config, gaps)
     return ReportData(results_dir=out, runs=runs, config=config, panels=panels, revisions=revisions,
-                     milestones=milestones(revisions, config),
-                     findings=findings(heads, runs, config, read_expectations(out)),
-                     ablations=results.read_ablations(), unfinished=results.unfinished_shards())
+                      milestones=milestones(revisions, config), findings=table,
+                      ablations=results.read_ablations(), unfinished=results.unfinished_shards(),
+                      families=members(runs), gaps=gaps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,6 +160,18 @@ def finding(data: ReportData, model: str, code: str) -> tuple[pd.Series, dict]:
     return row, json.loads(row.numbers)
 
 
+def family_finding(data: ReportData, family: str, code: str) -> tuple[pd.Series, dict]:
+    """One family row (a finding across seeds, families.with_family_rows) and its numbers."""
+    table = data.findings
+    row = table.loc[table.model.isna() & (table.family == family) & (table.finding == code)].iloc[0]
+    return row, summary_numbers(table, family, code)
+
+
+def family_sink_curve(panels: list[ModelTrajectory]) -> pd.DataFrame:
+    """Per revision of a family: median, min and max sink fraction over the members that have it."""
+    return across_seeds(panels, "screen_sink_fraction")
+
+
 def timeline(data: ReportData) -> pd.DataFrame:
     """Induction and sink milestones per model, with the grid bracket each lies in."""
     stones = data.milestones
@@ -186,6 +220,8 @@ def panel_gaps(data: ReportData) -> list[str]:
     fewer = [f"{model} ({n})" for model, n in counts.items() if n < most]
     if fewer:
         gaps.append(f"models with fewer revisions than the panel's largest ({most}): {', '.join(fewer)}")
+    for gap in data.gaps:
+        gaps.append(gap.text())
     if data.ablations is None:
         gaps.append(f"no ablations in {data.results_dir / ABLATIONS}/ (run `headtrace ablate MODEL --circuit "
                     f"induction --out {data.results_dir}`)")

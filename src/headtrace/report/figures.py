@@ -21,9 +21,9 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
 from headtrace.report.data import (INDUCTION_MILESTONE, LABEL_ORDER, SINK_MILESTONE, ReportData, TimeAxis,
-                                  ablation_summary, finding, grid_revisions, label_grid, model_milestones,
-                                  revision_label, sink_curve, sink_layer_matrix, time_axis, timeline,
-                                  trajectory_heads)
+                                  ablation_summary, family_finding, family_sink_curve, finding, grid_revisions,
+                                  label_grid, model_milestones, revision_label, sink_curve, sink_layer_matrix,
+                                  time_axis, timeline, trajectory_heads)
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.store import slug
 from headtrace.trajectory import ModelTrajectory, recall, tokens_label
@@ -126,13 +126,23 @@ def sink_fraction_plot(data: ReportData) -> Plot:
         f"(dotted levels); dashed verticals: the first revision with >= {counts} induction heads (induction "
         f"selectivity >= {c.thresholds.induction_threshold:g}x). A milestone happened after the revision before it and no later "
         "than the one marked."))
+    if data.families:
+        plot.caption += (" A seed family is drawn as its median over seeds (thick) and the range over seeds (band) at "
+                         "each revision that more than half of its seeds have (a seed without that revision is left "
+                         "out of it, never filled), and each seed alone (faint); "
+                         "its stars and dashed lines sit at the median milestone over the seeds that reach it, with "
+                         "the range over seeds as a bar or a shaded span.")
     left_out = [p.name for p in data.panels if not time_axis(p).log]
     if len(left_out) == len(data.panels):
         plot.note = "no model has known training tokens at every revision"
         return plot
     fig = _figure(7.5, 4.2)
     ax = fig.add_subplot()
-    for i, panel in enumerate(data.panels):
+    for i, (name, panels, family) in enumerate(data.series()):
+        if family:
+            _family_sink_curve(ax, plot, data, name, panels, _color(i))
+            continue
+        panel = panels[0]
         axis = time_axis(panel)
         if not axis.log:
             continue
@@ -168,6 +178,59 @@ def sink_fraction_plot(data: ReportData) -> Plot:
     return plot
 
 
+def _seed_values(data: ReportData, values: dict, show) -> str:
+    """Per-seed values as 'seed 0 12.5%, seed 1 ...' (values keyed by model or by seed)."""
+    items = sorted(((data.seed_of(k) if isinstance(k, str) and data.seed_of(k) is not None else int(k), v)
+                    for k, v in values.items()))
+    return ", ".join(f"seed {s} {show(v)}" for s, v in items)
+
+
+def _family_sink_curve(ax: Axes, plot: Plot, data: ReportData, name: str, panels: list[ModelTrajectory], color: str) -> None:
+    """A family on the sink-fraction figure: faint seeds, the band over seeds, the median, median milestones."""
+    drawn = [p for p in panels if time_axis(p).log]
+    for panel in drawn:
+        curve = sink_curve(panel)[time_axis(panel).drawn]
+        ax.plot(curve.tokens, curve.screen_sink_fraction, color=color, lw=0.7, alpha=0.3, zorder=1)
+    if not drawn:
+        return
+    stats = family_sink_curve(drawn)
+    stats = stats.loc[(stats.tokens > 0) & (stats.n > len(drawn) / 2)]  # a seed's own checkpoints: its line only
+    band = ax.fill_between(stats.tokens, stats.low, stats.high, color=color, alpha=0.18, lw=0, zorder=1)
+    plot.tip(band, [f"{name}: band = min-max sink fraction over the seeds that have each revision "
+                    f"({len(drawn)} seeds)"])
+    ax.plot(stats.tokens, stats["median"], color=color, lw=1.8, label=f"{name} (median of {len(drawn)} seeds)")
+    points = ax.scatter(stats.tokens, stats["median"], color=color, s=16, zorder=3)
+    plot.tip(points, [f"{name} · {revision_label(r.revision, r.tokens)}\nmedian {r.median:.1%} sink heads over {r.n} "
+                      f"seeds (range {r.low:.1%}-{r.high:.1%})\n{_seed_values(data, r.values, _percent)}"
+                      for r in stats.itertuples()])
+    _, numbers = family_finding(data, name, "milestones")
+    n = numbers["n_seeds"]
+    stars = [(key, v) for key, v in numbers["milestones"].items()
+             if key.startswith(SINK_MILESTONE) and v["reached"] and v["median"] > 0]
+    if stars:
+        levels = [float(key.split(">= ")[1].rstrip("%")) / 100 for key, _ in stars]
+        medians = np.array([v["median"] for _, v in stars])
+        ranges = [medians - [v["low"] for _, v in stars], [v["high"] for _, v in stars] - medians]
+        ax.errorbar(medians, levels, xerr=ranges, fmt="none", ecolor=color, elinewidth=1, capsize=2, zorder=2)
+        points = ax.scatter(medians, levels, marker="*", s=110, color=color, edgecolor="k", linewidth=0.5, zorder=4)
+        plot.tip(points, [f"{name}: {key}\nmedian at {tokens_label(v['median'])} over {v['reached']}/{n} seeds "
+                          f"(range {tokens_label(v['low'])}-{tokens_label(v['high'])})\n"
+                          + _seed_values(data, v["per_seed"], tokens_label) for key, v in stars])
+    induction: dict[float, list[str]] = {}
+    for key, v in numbers["milestones"].items():
+        if key.startswith(INDUCTION_MILESTONE) and v["reached"] and v["median"] > 0:
+            ax.axvspan(v["low"], v["high"], color=color, alpha=0.07, lw=0)
+            induction.setdefault(v["median"], []).append(key.split(">= ")[1].split(" ")[0])
+    for median, counts in induction.items():
+        ax.axvline(median, color=color, ls="--", lw=0.9)
+        ax.annotate(f"induction >={', '.join(counts)} heads (median)", (median, 1), xycoords=("data", "axes fraction"),
+                    xytext=(2, -10), textcoords="offset points", fontsize=6.5, color=color)
+
+
+def _percent(value: float) -> str:
+    return f"{value:.1%}"
+
+
 def milestone_labels(stones: pd.DataFrame) -> pd.DataFrame:
     """One label per milestone revision, thresholds first met together joined: milestones
     'induction >= 3 heads at 50x' and '... >= 5 heads ...' at one revision -> '>=3, 5 heads'."""
@@ -179,7 +242,7 @@ def milestone_labels(stones: pd.DataFrame) -> pd.DataFrame:
 
 
 def milestones_plot(data: ReportData) -> Plot:
-    """Induction and sink milestones per model on one token axis, with the F3 ratio."""
+    """Induction and sink milestones per model (or seed family) on one token axis, with the F3 ratio."""
     c = data.config
     plot = Plot("milestones", "Milestones: induction circuit vs sink spread", (
         "For each model, the first revision where the induction circuit has >= "
@@ -189,26 +252,35 @@ def milestones_plot(data: ReportData) -> Plot:
         "revision before, no later than the marked one). The arrow carries F3's ratio tokens(sink fraction >= "
         f"{c.timing_sink_fraction:.0%}) / tokens(induction >= {c.timing_induction_count} heads), with its range over "
         "both brackets."))
+    if data.families:
+        plot.caption += (" For a seed family the marker is the median over the seeds that reach the milestone, the bar "
+                         "its range over seeds, the faint dots each seed's own milestone; its arrow carries the median "
+                         "of the seeds' F3 ratios and their range.")
     stones = timeline(data)
-    panels = [p for p in data.panels if time_axis(p).log]
-    reached = stones.loc[stones.model.isin([p.name for p in panels]) & (stones.tokens > 0)]
+    series = [(name, [p for p in panels if time_axis(p).log], family) for name, panels, family in data.series()]
+    series = [(name, panels, family) for name, panels, family in series if panels]
+    drawn = {p.name for _, panels, _ in series for p in panels}
+    reached = stones.loc[stones.model.isin(drawn) & (stones.tokens > 0)]
     if reached.empty:
         plot.note = "no milestone reached on a known token axis (or fewer than two revisions)"
         return plot
-    left_out = [p.name for p in data.panels if p not in panels]
+    left_out = [p.name for p in data.panels if p.name not in drawn]
     if left_out:
         plot.caption += f" Left out (tokens unknown): {', '.join(left_out)}."
-    positive = pd.concat([p.revisions.tokens for p in panels])
+    positive = pd.concat([p.revisions.tokens for _, panels, _ in series for p in panels])
     low, high = positive[positive > 0].min() / 3, positive.max() * 3
-    fig = _figure(7.5, 0.85 * len(panels) + 1.3)
+    fig = _figure(7.5, 0.85 * len(series) + 1.3)
     ax = fig.add_subplot()
     ticks, labels = [], []
-    for i, panel in enumerate(panels):
+    for i, (name, panels, family) in enumerate(series):
         lanes = {"induction": 2 * i + 0.9, "sink": 2 * i}
         ticks += [lanes["sink"], lanes["induction"]]
-        labels += ["sink", f"{panel.name}\ninduction"]
+        labels += ["sink", f"{name}\ninduction" + (f"\n({len(panels)} seeds)" if family else "")]
+        if family:
+            _family_lanes(ax, plot, data, name, reached.loc[reached.model.isin([p.name for p in panels])], lanes, low)
+            continue
         for lane, y in lanes.items():
-            rows = reached.loc[(reached.model == panel.name) & (reached.lane == lane)]
+            rows = reached.loc[(reached.model == name) & (reached.lane == lane)]
             color = "C3" if lane == "induction" else "C4"
             for r in rows.itertuples():
                 ax.plot([max(r.previous_tokens, low), r.tokens], [y, y], color=color, lw=5, alpha=0.25,
@@ -218,15 +290,56 @@ def milestones_plot(data: ReportData) -> Plot:
                             fontsize=6.5, color=color)
             if len(rows):
                 points = ax.scatter(rows.tokens, [y] * len(rows), color=color, s=22, zorder=3)
-                plot.tip(points, [f"{panel.name}: {r.milestone}\nfirst at {revision_label(r.revision, r.tokens)}; "
+                plot.tip(points, [f"{name}: {r.milestone}\nfirst at {revision_label(r.revision, r.tokens)}; "
                                   f"after {r.previous_revision or 'the start'}" for r in rows.itertuples()])
-        _ratio_arrow(ax, data, panel.name, lanes)
+        _ratio_arrow(ax, data, name, lanes)
     _token_axis(ax)
     ax.set_xlim(low, high)
     ax.set_yticks(ticks, labels)
-    ax.set_ylim(-0.6, 2 * len(panels) - 0.4)
+    ax.set_ylim(-0.6, 2 * len(series) - 0.4)
     plot.figure = fig
     return plot
+
+
+def _family_lanes(ax: Axes, plot: Plot, data: ReportData, family: str, reached: pd.DataFrame,
+                  lanes: dict[str, float], low: float) -> None:
+    """A family's milestone lanes: each seed's milestone (faint), the range over seeds (bar), the median."""
+    _, numbers = family_finding(data, family, "milestones")
+    n = numbers["n_seeds"]
+    for lane, y in lanes.items():
+        color = "C3" if lane == "induction" else "C4"
+        mine = reached.loc[reached.lane == lane]
+        ax.scatter(mine.tokens, [y] * len(mine), color=color, s=9, alpha=0.35, zorder=2)
+        summary = [(key, v) for key, v in numbers["milestones"].items()
+                   if (key.startswith(INDUCTION_MILESTONE) if lane == "induction" else key.startswith(SINK_MILESTONE))
+                   and v["reached"] and v["median"] > 0]
+        for _, v in summary:
+            ax.plot([max(v["low"], low), v["high"]], [y, y], color=color, lw=5, alpha=0.25, solid_capstyle="butt")
+        if not summary:
+            continue
+        medians = pd.DataFrame([{"milestone": key, "revision": tokens_label(v["median"]), "tokens": v["median"],
+                                 "value": 0.0} for key, v in summary])
+        for r in milestone_labels(medians).itertuples():
+            ax.annotate(r.label, (r.tokens, y), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=6.5,
+                        color=color)
+        points = ax.scatter(medians.tokens, [y] * len(medians), color=color, s=30, edgecolor="k", linewidth=0.5,
+                            zorder=3)
+        plot.tip(points, [f"{family}: {key}\nmedian at {tokens_label(v['median'])} over {v['reached']}/{n} seeds "
+                          f"(range {tokens_label(v['low'])}-{tokens_label(v['high'])})\n"
+                          + _seed_values(data, v["per_seed"], tokens_label) for key, v in summary])
+    row, f3 = family_finding(data, family, "F3")
+    ratio = f3.get("ratio", {})
+    if not ratio.get("n"):
+        ax.annotate(f"F3 {row.status}", (1, lanes["sink"] + 0.45), xycoords=("axes fraction", "data"),
+                    xytext=(-4, 0), textcoords="offset points", ha="right", fontsize=7, color="0.35")
+        return
+    start, end = f3["induction_tokens"]["median"], f3["sink_tokens"]["median"]
+    ax.annotate("", (end, lanes["sink"]), xytext=(start, lanes["induction"]),
+                arrowprops={"arrowstyle": "->", "color": "0.2", "lw": 1})
+    text = (f"F3: median x{ratio['median']:.3g} (seeds {ratio['low']:.3g}-{ratio['high']:.3g}, "
+            f"{ratio['n']}/{n}), {row.status}")
+    ax.annotate(text, (1, lanes["induction"] + 0.45), xycoords=("axes fraction", "data"), xytext=(-4, 0),
+                textcoords="offset points", fontsize=7, ha="right", va="center")
 
 
 def _ratio_arrow(ax: Axes, data: ReportData, model: str, lanes: dict[str, float]) -> None:
@@ -525,8 +638,75 @@ def ablations_plot(data: ReportData) -> Plot:
     return plot
 
 
+def family_circuits_plot(data: ReportData, family: str) -> Plot:
+    """Which heads across seeds: each seed's own final circuit per layer, and when it formed."""
+    c = data.config
+    row, numbers = family_finding(data, family, "circuit")
+    seeds = data.families[family]
+    plot = Plot(f"circuits-{slug(family)}", f"{family}: induction circuits across {len(seeds)} seeds", (
+        f"Left: each seed's own final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at that seed's last "
+        "revision) counted per layer; a head's identity does not carry over between seeds, so the layers and the size "
+        f"are what compares. Right: when it formed: the bracket of the first revision with >= "
+        f"{c.timing_induction_count} induction heads (bar; dot at its upper end) and the first revision with the whole "
+        f"final circuit (cross); dashed: the median over seeds. {row.statement}."))
+    heads = {int(s): h for s, h in numbers["heads"].items()}
+    if not any(heads.values()):
+        plot.note = "no seed has a final induction circuit"
+        return plot
+    n_layers = int(max(p.heads.layer.max() for p in (data.panel(m) for m in seeds.values()))) + 1
+    matrix = np.zeros((len(seeds), n_layers))
+    for i, seed in enumerate(seeds):
+        for head in heads[seed]:
+            matrix[i, int(head[1:].split("H")[0])] += 1
+    fig = _figure(7.5, 0.32 * len(seeds) + 1.6)
+    left, right = fig.subplots(1, 2, width_ratios=[1, 1.6], sharey=True)
+    mesh = left.pcolormesh(np.arange(n_layers + 1), np.arange(len(seeds) + 1), matrix, cmap="Reds", vmin=0,
+                           vmax=max(1, matrix.max()), edgecolors="white", linewidth=0.4)
+    plot.tip(mesh, [f"seed {seed} ({seeds[seed]}) · layer {layer}\n{int(matrix[i, layer])} circuit heads"
+                    + (": " + ", ".join(h for h in heads[seed] if h.startswith(f"L{layer}H")) if matrix[i, layer] else "")
+                    for i, seed in enumerate(seeds) for layer in range(n_layers)])
+    for (i, j), v in np.ndenumerate(matrix):
+        if v:
+            left.text(j + 0.5, i + 0.5, f"{v:.0f}", ha="center", va="center", fontsize=6.5,
+                      color="white" if v > matrix.max() / 2 else "black")
+    step = max(1, n_layers // 12)
+    left.set_xticks(np.arange(0, n_layers, step) + 0.5, [str(k) for k in range(0, n_layers, step)])
+    left.set_yticks(np.arange(len(seeds)) + 0.5, [f"seed {s}" for s in seeds])
+    left.set_xlabel("layer")
+    stones = data.milestones.set_index(["model", "milestone"])
+    name = f"induction >= {c.timing_induction_count} heads at {c.thresholds.induction_threshold:g}x"
+    complete = numbers["complete_tokens"]["per_seed"]
+    formed = []
+    for i, (seed, model) in enumerate(seeds.items()):
+        stone = stones.loc[(model, name)] if (model, name) in stones.index else None
+        if stone is not None and np.isfinite(stone.tokens) and stone.tokens > 0:
+            start = stone.previous_tokens if stone.previous_tokens > 0 else stone.tokens / 3
+            right.plot([start, stone.tokens], [i + 0.5, i + 0.5], color="C3", lw=5, alpha=0.3, solid_capstyle="butt")
+            formed.append((i, seed, model, stone))
+        if str(seed) in complete and complete[str(seed)] > 0:
+            right.scatter([complete[str(seed)]], [i + 0.5], marker="x", color="k", s=20, zorder=3)
+    if formed:
+        points = right.scatter([f[3].tokens for f in formed], [f[0] + 0.5 for f in formed], color="C3", s=18, zorder=3)
+        plot.tip(points, [f"seed {seed} ({model}): {name}\nfirst at {revision_label(stone.revision, stone.tokens)}; "
+                          f"after {stone.previous_revision or 'the start'}" for _, seed, model, stone in formed])
+    median = numbers["formed_tokens"]["median"]
+    if median:
+        right.axvline(median, color="C3", ls="--", lw=0.9)
+    shown = [x for line in right.get_lines() for x in np.atleast_1d(line.get_xdata()) if x > 0]
+    shown += [x for points in right.collections for x, _ in points.get_offsets()]
+    if shown and max(shown) < 10 * min(shown):  # within a decade: a linear axis keeps its labels
+        right.xaxis.set_major_locator(MaxNLocator(5))
+        right.xaxis.set_major_formatter(FuncFormatter(lambda value, _: tokens_label(value)))
+        right.set_xlabel("training tokens")
+    else:
+        _token_axis(right)
+    right.set_ylim(0, len(seeds))
+    plot.figure = fig
+    return plot
+
+
 def panel_plots(data: ReportData) -> list[Plot]:
-    return [sink_fraction_plot(data), milestones_plot(data)]
+    return [sink_fraction_plot(data), milestones_plot(data)] + [family_circuits_plot(data, f) for f in data.families]
 
 
 def model_plots(data: ReportData, panel: ModelTrajectory) -> list[Plot]:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from headtrace import __version__
+from headtrace.families import family_rows, family_status_class, model_rows
 from headtrace.report.data import ReportData, model_gaps, panel_gaps, revision_label
 from headtrace.report.figures import Plot
 from headtrace.schema import ceiling_text
@@ -83,15 +84,33 @@ def _figure(plot: Plot, svg: str, number: int) -> str:
             f"{_e(plot.caption)}{files}</figcaption></figure>")
 
 
+def _families(data: ReportData) -> str:
+    """The findings across seeds, one table per family (empty without families)."""
+    summary = family_rows(data.findings)
+    if summary.empty:
+        return ""
+    parts = []
+    for family, rows in summary.groupby("family", sort=False):
+        seeds = ", ".join(f"{s} ({m})" for s, m in data.families.get(family, {}).items())
+        body = "".join(f"<tr><td>{_e(r.finding)} {_e(r.title)}</td>"
+                       f'<td class="status {family_status_class(r.status).replace(" ", "-")}">{_e(r.status)}</td>'
+                       f"<td>{_e(r.statement)}</td></tr>" for r in rows.itertuples())
+        parts.append(f"<h3>{_e(family)}: across seeds</h3><p>Seeds: {_e(seeds)}. Status: the commonest outcome over "
+                     "the seeds where the finding is measurable; figures: median [range] over the seeds that have "
+                     "them.</p><table><thead><tr><th>finding</th><th>status</th><th>statement</th></tr></thead>"
+                     f"<tbody>{body}</tbody></table>")
+    return "".join(parts) + ("<h3>Per model (each seed of a family, and single models)</h3>" if parts else "")
+
+
 def _findings(data: ReportData) -> str:
-    table = data.findings
+    table = model_rows(data.findings)
     rows = "".join(
         f"<tr><td>{_e(r.model)}</td><td>{_e(r.finding)} {_e(r.title)}</td>"
         f'<td class="status {r.status.replace(" ", "-")}">{_e(r.status)}</td><td>{_e(r.statement)}</td></tr>'
         for r in table.itertuples())
     criteria = table.drop_duplicates("finding")[["finding", "title", "claim"]]
-    return ("<table><thead><tr><th>model</th><th>finding</th><th>status</th><th>statement</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table><h3>Criteria</h3>{_table(criteria)}")
+    return (_families(data) + "<table><thead><tr><th>model</th><th>finding</th><th>status</th><th>statement</th></tr>"
+            f"</thead><tbody>{rows}</tbody></table><h3>Criteria</h3>{_table(criteria)}")
 
 
 def _metadata(data: ReportData) -> str:
@@ -145,6 +164,11 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+def _family_count(data: ReportData) -> str:
+    n = len(data.families)
+    return f" ({n} seed {'family' if n == 1 else 'families'})" if n else ""
+
+
 def _gaps(gaps: list[str]) -> str:
     return '<ul class="gaps">' + "".join(f"<li>{_e(g)}</li>" for g in gaps) + "</ul>" if gaps else ""
 
@@ -181,7 +205,7 @@ def page(data: ReportData, overview: list[Plot], per_model: dict[str, list[Plot]
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_e(title)}</title><style>{_asset("report.css")}</style></head>
-<body><header><h1>{_e(title)}</h1><p>{_count(len(models), "model")}, {_count(len(data.revisions), "revision")} from
+<body><header><h1>{_e(title)}</h1><p>{_count(len(models), "model")}{_family_count(data)}, {_count(len(data.revisions), "revision")} from
 {_e(data.results_dir)};
 headtrace {__version__}. Hover a point or a cell for its numbers.</p></header>
 <nav>{"".join(nav)}</nav><main>{notice}{"".join(sections)}</main>
