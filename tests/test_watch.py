@@ -199,6 +199,19 @@ def test_a_custom_loop_with_a_watcher_writes_what_the_callback_writes(tmp_path):
     assert list(ours[1].top1) == list(theirs[1].top1)
 
 
+def test_a_screen_that_fails_inside_the_trainer_warns_and_training_goes_on(tmp_path, monkeypatch):
+    from headtrace import HeadtraceCallback
+
+    def full_disk(self, model, step, tokens_seen=None):
+        raise HeadtraceError("cannot write results: No space left on device")
+
+    monkeypatch.setattr(Watcher, "screen", full_disk)
+    callback = HeadtraceCallback(out=tmp_path / "results", revisions=[3], config=CONFIG, model_id="tiny")
+    with pytest.warns(UserWarning, match="screen at step 3 failed, training goes on: cannot write"):
+        trainer = run_trainer(tmp_path, [callback], dropout=0.0)
+    assert trainer.state.global_step == STEPS
+
+
 def test_milestones_save_their_checkpoint_for_the_ablation(tmp_path):
     """save_at_milestones: where a milestone of trajectory.py is first reached, the checkpoint is
     saved into a folder of checkpoints that `headtrace ablate --revision` reads."""
@@ -248,6 +261,11 @@ def test_bad_settings_fail_before_training(tmp_path):
     with pytest.raises(HeadtraceError, match="another config"):  # one config per model and folder
         Watcher(tmp_path / "r", "tiny", CONFIG.replace(seed=7), revisions=[1])
     assert Watcher(tmp_path / "r", "tiny", CONFIG, revisions=[1], rank=1).screen(model, 1) is None  # rank 1 never screens
+    sharded = type("FullyShardedDataParallel", (torch.nn.Module,), {})()
+    with pytest.raises(HeadtraceError, match="FSDP shards the parameters"):
+        watch.prepare(sharded)
+    ddp_like = torch.nn.DataParallel(model)  # .module is unwrapped, as DDP's
+    assert watch.screen(ddp_like, 2, 20).heads.equals(watch.screen(model, 2, 20).heads)
 
 
 # ----------------------------------------------------------------------------------------------
