@@ -231,6 +231,15 @@ def test_milestones_save_their_checkpoint_for_the_ablation(tmp_path):
     pd.testing.assert_frame_equal(heads[heads.revision == "step000001"].reset_index(drop=True), again.heads)
 
 
+def test_the_model_is_screened_in_its_own_dtype_and_the_config_says_so(tmp_path):
+    model = tiny_model().to(torch.bfloat16)
+    watch = Watcher(tmp_path, "tiny", CONFIG, revisions=[1])
+    run = watch.step(model, 1, 10).run.iloc[0]
+    assert run["dtype"] == "bfloat16" and json.loads(run.config_json)["dtype"] == "bfloat16"
+    assert run.config_hash == CONFIG.replace(dtype="bfloat16").config_hash != CONFIG.config_hash
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
 def test_the_screen_leaves_training_state_as_it_was():
     import random
 
