@@ -243,7 +243,7 @@ def planted(tmp_path_factory) -> Path:
 
 def test_only_members_carry_family_and_seed_columns(planted):
     heads, runs = read_results(planted)
-    single = pd.read_parquet(planted / RUNS / f"org--single@step1.parquet")
+    single = pd.read_parquet(planted / RUNS / "org--single@step1.parquet")
     assert "family" not in single.columns and "seed" not in single.columns
     member = pd.read_parquet(planted / HEADS / "org--planted-s3@step1.parquet")
     assert list(member.columns[:3]) == ["model", "family", "seed"] and set(member.seed) == {3}
