@@ -100,6 +100,17 @@ class Stage:
 STAGES: Registry[type[Stage]] = Registry("stage")
 
 
+def run_record(run, source: str, checkpoint_hash: str | None = None, downloaded_bytes: int = 0,
+               fetch_s: float = 0.0, load_s: float = 0.0, **extra):
+    """A screen's run record with where its checkpoint came from, as a shard stores it (panels and
+    the watcher alike)."""
+    from headtrace.schema import SCHEMA_VERSION
+    from headtrace.store import utc_now
+
+    return run.assign(source=source, checkpoint_hash=checkpoint_hash, downloaded_bytes=downloaded_bytes,
+                      fetch_s=fetch_s, load_s=load_s, schema_version=SCHEMA_VERSION, **extra, finished_at=utc_now())
+
+
 @STAGES.register("screen")
 @dataclass(frozen=True)
 class ScreenStage(Stage):
@@ -111,16 +122,13 @@ class ScreenStage(Stage):
         return results.stored_screen_hash(model, revision) == config.config_hash
 
     def run(self, checkpoint: CheckpointContext) -> StageResult:
-        from headtrace.schema import SCHEMA_VERSION
         from headtrace.screen import screen
-        from headtrace.store import utc_now
 
         result = screen(checkpoint.adapter, checkpoint.probe, checkpoint.config, model_name=checkpoint.model,
                         revision=checkpoint.revision.name, tokens=checkpoint.revision.tokens,
                         progress=checkpoint.progress(""))
-        run = result.run.assign(source=checkpoint.source, checkpoint_hash=checkpoint.checkpoint_hash,
-                                downloaded_bytes=checkpoint.downloaded_bytes, fetch_s=checkpoint.fetch_s,
-                                load_s=checkpoint.load_s, schema_version=SCHEMA_VERSION, finished_at=utc_now())
+        run = run_record(result.run, checkpoint.source, checkpoint.checkpoint_hash, checkpoint.downloaded_bytes,
+                         checkpoint.fetch_s, checkpoint.load_s)
         heads = result.heads
         if checkpoint.member is not None:
             from headtrace.families import tag

@@ -279,9 +279,8 @@ class Watcher:
         import torch  # noqa: F401 (the screen's modules)
 
         from headtrace.models import ModelAdapter
-        from headtrace.schema import SCHEMA_VERSION
         from headtrace.screen import ScreenResult, screen
-        from headtrace.store import utc_now
+        from headtrace.stages import run_record
 
         started = time.perf_counter()
         model = unwrapped(model)
@@ -291,8 +290,7 @@ class Watcher:
             adapter = ModelAdapter(model)
             config = self._prepared(adapter)
             result = screen(adapter, self._probe, config, model_name=self.model_id, revision=name, tokens=tokens)
-        run = result.run.assign(source="watch", checkpoint_hash=None, downloaded_bytes=0, fetch_s=0.0, load_s=0.0,
-                                schema_version=SCHEMA_VERSION, step=int(step), finished_at=utc_now())
+        run = run_record(result.run, "watch", step=int(step))
         self.results.write_shard(result.heads, run)
         self.screened.append({"revision": name, "step": int(step), "tokens": tokens})
         if self.save_at_milestones:
@@ -308,10 +306,9 @@ class Watcher:
 
     def _check_one_config(self, config: ScreenConfig) -> None:
         """Refuse, before training, a folder that holds this model screened with another config."""
-        prefix = f"{slug(self.model_id)}@"
-        hashes = {self.results.stored_screen_hash(self.model_id, name.removeprefix(prefix).removesuffix(".parquet"))
-                  for name in self.results.completed_shards() if name.startswith(prefix)}
-        others = sorted(h for h in hashes - {config.config_hash} if h is not None)
+        runs = self.results.existing_runs()
+        hashes = set(runs.loc[runs.model == self.model_id, "config_hash"]) if "model" in runs else set()
+        others = sorted(str(h) for h in hashes - {config.config_hash} if isinstance(h, str))
         if others:
             raise HeadtraceError(f"'{self.out}' holds {self.model_id} screened with another config ({', '.join(others)}); "
                                  "pick another results folder or model_id, or screen with that config")

@@ -330,31 +330,36 @@ def _family_lanes(ax: Axes, plot: Plot, data: ReportData, family: str, reached: 
     row, f3 = family_finding(data, family, "F3")
     ratio = f3.get("ratio", {})
     if not ratio.get("n"):
-        ax.annotate(f"F3 {row.status}", (1, lanes["sink"] + 0.45), xycoords=("axes fraction", "data"),
-                    xytext=(-4, 0), textcoords="offset points", ha="right", fontsize=7, color="0.35")
+        _f3_arrow(ax, lanes, row.status)
         return
-    start, end = f3["induction_tokens"]["median"], f3["sink_tokens"]["median"]
-    ax.annotate("", (end, lanes["sink"]), xytext=(start, lanes["induction"]),
-                arrowprops={"arrowstyle": "->", "color": "0.2", "lw": 1})
     text = (f"F3: median x{ratio['median']:.3g} (seeds {ratio['low']:.3g}-{ratio['high']:.3g}, "
             f"{ratio['n']}/{n}), {row.status}")
-    ax.annotate(text, (1, lanes["induction"] + 0.45), xycoords=("axes fraction", "data"), xytext=(-4, 0),
-                textcoords="offset points", fontsize=7, ha="right", va="center")
+    _f3_arrow(ax, lanes, row.status, (f3["induction_tokens"]["median"], f3["sink_tokens"]["median"]), text)
 
 
 def _ratio_arrow(ax: Axes, data: ReportData, model: str, lanes: dict[str, float]) -> None:
     """F3: an arrow from the induction milestone to the sink milestone, labelled with the ratio."""
     row, numbers = finding(data, model, "F3")
     if "ratio" not in numbers:
-        ax.annotate(f"F3 {row.status}", (1, lanes["sink"] + 0.45), xycoords=("axes fraction", "data"),
-                    xytext=(-4, 0), textcoords="offset points", ha="right", fontsize=7, color="0.35")
+        _f3_arrow(ax, lanes, row.status)
         return
-    start, end = numbers["induction"]["tokens"], numbers["sink"]["tokens"]
-    ax.annotate("", (end, lanes["sink"]), xytext=(start, lanes["induction"]),
-                arrowprops={"arrowstyle": "->", "color": "0.2", "lw": 1})
     high = numbers["ratio_high"]
     text = (f"F3: x{numbers['ratio']:.3g} (grid {numbers['ratio_low']:.3g}-"
             f"{'inf' if high is None else format(high, '.3g')}), {row.status}")
+    _f3_arrow(ax, lanes, row.status, (numbers["induction"]["tokens"], numbers["sink"]["tokens"]), text)
+
+
+def _f3_arrow(ax: Axes, lanes: dict[str, float], status: str, span: tuple[float, float] | None = None,
+              text: str = "") -> None:
+    """F3 on the milestone lanes: an arrow from the induction milestone to the sink milestone
+    (`span`, in tokens) with its label, or the finding's status alone where it is not measurable."""
+    if span is None:
+        ax.annotate(f"F3 {status}", (1, lanes["sink"] + 0.45), xycoords=("axes fraction", "data"),
+                    xytext=(-4, 0), textcoords="offset points", ha="right", fontsize=7, color="0.35")
+        return
+    start, end = span
+    ax.annotate("", (end, lanes["sink"]), xytext=(start, lanes["induction"]),
+                arrowprops={"arrowstyle": "->", "color": "0.2", "lw": 1})
     ax.annotate(text, (1, lanes["induction"] + 0.45), xycoords=("axes fraction", "data"), xytext=(-4, 0),
                 textcoords="offset points", fontsize=7, ha="right", va="center")
 
