@@ -22,6 +22,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 import uuid
@@ -82,6 +83,20 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_folder(path: Path, write: Callable[[Path], None]) -> None:
+    """Write a folder (a checkpoint) through `write(tmp)` into a hidden folder beside `path`, then
+    rename it into place, replacing one already there: a killed process leaves no half folder."""
+    tmp = path.parent / f".{path.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        write(tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

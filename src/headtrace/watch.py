@@ -26,7 +26,6 @@ import contextlib
 import os
 import random
 import re
-import shutil
 import sys
 import time
 import warnings
@@ -41,7 +40,7 @@ import pandas as pd
 from headtrace.errors import HeadtraceError
 from headtrace.probes import PROBES
 from headtrace.schema import ScreenConfig
-from headtrace.store import ResultsDir, check_writable, slug, write_json_atomic
+from headtrace.store import ResultsDir, atomic_folder, check_writable, slug, write_json_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -328,17 +327,13 @@ class Watcher:
         """The checkpoint, atomically, then the folder's revisions.json (the organism's layout)."""
         folder = self.checkpoint_dir
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            model.save_pretrained(tmp, safe_serialization=True)
+
+        def write(checkpoint: Path) -> None:
+            model.save_pretrained(checkpoint, safe_serialization=True)
             if self.tokenizer is not None and hasattr(self.tokenizer, "save_pretrained"):
-                self.tokenizer.save_pretrained(tmp)
-            shutil.rmtree(folder / name, ignore_errors=True)
-            os.replace(tmp, folder / name)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+                self.tokenizer.save_pretrained(checkpoint)
+
+        atomic_folder(folder / name, write)
         self.saved = [e for e in self.saved if e["revision"] != name]
         self.saved.append({"revision": name, "step": int(step), "tokens": tokens, "milestones": reached})
         write_json_atomic(self.saved, folder / REVISIONS_FILE)

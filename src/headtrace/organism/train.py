@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from headtrace.errors import HeadtraceError
 from headtrace.organism.corpus import SPECIAL_TOKENS, CorpusConfig, batch
 from headtrace.organism.recipes import Recipe, build_model
 from headtrace.sources import REVISIONS_FILE
-from headtrace.store import write_json_atomic
+from headtrace.store import atomic_folder, write_json_atomic
 
 if TYPE_CHECKING:
     from headtrace.watch import Watcher
@@ -198,15 +197,12 @@ def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None) -> b
 def _save(model, tokenizer, out: Path, step: int, tokens: int, listed: list[dict], meta: dict) -> None:
     """One checkpoint, atomically: write a hidden folder, rename it, then update the listings."""
     name = revision_name(step)
-    tmp = out / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        os.replace(tmp, out / name)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+
+    atomic_folder(out / name, write)
     listed.append({"revision": name, "step": step, "tokens": tokens})
     write_json_atomic(listed, out / REVISIONS_FILE)
     write_json_atomic(meta, out / ORGANISM_FILE)
