@@ -252,10 +252,10 @@ class Watcher:
         self._prepared(ModelAdapter(unwrapped(model)))
 
     def _prepared(self, adapter) -> ScreenConfig:
-        from headtrace.models import check_probe_fits
+        from headtrace.models import check_probe_fits, config_where_model_is
         from headtrace.probes import build_probe
 
-        config = _where_model_is(self.config, adapter)
+        config = config_where_model_is(self.config, adapter)
         if config != self._resolved:
             if config.config_hash != self.config.config_hash:
                 self._check_one_config(config)
@@ -337,27 +337,6 @@ class Watcher:
         self.saved = [e for e in self.saved if e["revision"] != name]
         self.saved.append({"revision": name, "step": int(step), "tokens": tokens, "milestones": reached})
         write_json_atomic(self.saved, folder / REVISIONS_FILE)
-
-
-def _where_model_is(config: ScreenConfig, adapter) -> ScreenConfig:
-    """The config with the device and dtype the model is in (where it is screened)."""
-    import dataclasses
-
-    import torch
-
-    from headtrace.models import DTYPE_ALIASES, DTYPES
-
-    device = adapter.device
-    stated = config.device if config.device != "auto" else device.type
-    wanted = torch.device(stated)
-    if wanted.type != device.type or wanted.index not in (None, device.index):
-        stated = str(device) if wanted.type == device.type else device.type
-    dtype = next((name for name, value in DTYPES.items() if value == adapter.dtype), None)
-    if dtype is None:
-        raise HeadtraceError(f"the model is in {adapter.dtype}; the screen runs in {', '.join(DTYPES)}")
-    if DTYPE_ALIASES.get(config.dtype, config.dtype) == dtype and config.device == stated:
-        return config
-    return dataclasses.replace(config, device=stated, dtype=dtype)
 
 
 def _rank() -> int:
