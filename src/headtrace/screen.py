@@ -603,3 +603,60 @@ def screen_checkpoint(
         ResultsDir(out).write_shard(result.heads, result.run)
     return result
 
+
+# --------------------------------------------------------------------------------------------
+# A model already loaded: what a notebook with a Hugging Face, TransformerLens or nnsight model calls.
+
+
+def screen_model(
+    model,
+    config: ScreenConfig = ScreenConfig(),
+    name: str | None = None,
+    *,
+    revision: str | None = None,
+    tokens: float | None = None,
+    tokenizer=None,
+    out: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScreenResult:
+    """Screen a model that is already loaded, where it is and in its dtype (the stored config
+    records them): a Hugging Face causal LM, a TransformerLens `HookedTransformer` or
+    `TransformerBridge`, or an nnsight `LanguageModel` (interop.py). Optionally write Parquet to
+    `out`; the tables label the result `name` (default: the model's own name).
+
+    The model runs in eval mode under no-grad for the screen; its training flags and the global
+    RNG are as they were after. `tokenizer` (default: the model's own, else its config's BOS id)
+    serves probes that need one.
+
+    >>> result = screen_model(hooked_transformer, ScreenConfig.of(n_examples=256), name="pythia-160m")  # doctest: +SKIP
+    """
+    from headtrace.interop import as_adapter, native_model
+    from headtrace.models import check_probe_fits, config_where_model_is, evaluating
+    from headtrace.store import ResultsDir
+
+    config.validate()
+    adapter = as_adapter(model)
+    config = config_where_model_is(config, adapter)
+    check_probe_fits(config, adapter.max_positions, adapter.vocab_size)
+    tokenizer = tokenizer or getattr(model, "tokenizer", None) or getattr(native_model(model), "tokenizer", None)
+    bos = getattr(adapter.config, "bos_token_id", None)
+    probe = build_probe(config.probe, lambda: tokenizer or _BosOnly(bos))
+    name = name or _model_name(adapter)
+    with evaluating(adapter.model):
+        result = screen(adapter, probe, config, model_name=name, revision=revision, tokens=tokens, progress=progress)
+    if out is not None:
+        ResultsDir(out).write_shard(result.heads, result.run)
+    return result
+
+
+@dataclass
+class _BosOnly:
+    """What the synthetic probe needs of a tokenizer: the BOS id."""
+
+    bos_token_id: int | None
+
+
+def _model_name(adapter) -> str:
+    config = adapter.model.config if hasattr(adapter.model, "config") else None
+    named = getattr(config, "name_or_path", "") or getattr(getattr(adapter.model, "cfg", None), "model_name", "")
+    return str(named or adapter.model_type)

@@ -14,7 +14,8 @@ module's training flag and the RNG states (torch CPU and CUDA, Python, NumPy): t
 watcher is bit-identical to training without one, and its tables are bit-identical to screening
 the saved checkpoint of the same step.
 
-The model is screened where it is, in its dtype (the stored config records that device and
+The model is a Hugging Face causal LM, a TransformerLens model (`HookedTransformer`,
+`TransformerBridge`) or an nnsight `LanguageModel` (interop.py). It is screened where it is, in its dtype (the stored config records that device and
 dtype). Supported: one process on the CPU, a GPU or MPS, in float32, bfloat16 or float16; DDP (the
 wrapped model's `.module` is screened on rank 0 alone; the other ranks wait at their next
 collective). FSDP and DeepSpeed ZeRO-3 shard the parameters, so no rank holds the model: refused.
@@ -247,9 +248,9 @@ class Watcher:
         config against the results folder: call before training to fail before it starts."""
         if not self.active:
             return
-        from headtrace.models import ModelAdapter
+        from headtrace.interop import as_adapter, native_model
 
-        self._prepared(ModelAdapter(unwrapped(model)))
+        self._prepared(as_adapter(unwrapped(native_model(model))))
 
     def _prepared(self, adapter) -> ScreenConfig:
         from headtrace.models import check_probe_fits, config_where_model_is
@@ -277,16 +278,16 @@ class Watcher:
             return None
         import torch  # noqa: F401 (the screen's modules)
 
-        from headtrace.models import ModelAdapter
+        from headtrace.interop import as_adapter, native_model
         from headtrace.screen import ScreenResult, screen
         from headtrace.stages import run_record
 
         started = time.perf_counter()
-        model = unwrapped(model)
+        model = unwrapped(native_model(model))
         tokens = None if tokens_seen is None else float(tokens_seen)
         name = revision_name(step, self.total_steps)
         with training_state_kept(model):
-            adapter = ModelAdapter(model)
+            adapter = as_adapter(model)
             config = self._prepared(adapter)
             result = screen(adapter, self._probe, config, model_name=self.model_id, revision=name, tokens=tokens)
         run = run_record(result.run, "watch", step=int(step))
