@@ -11,6 +11,8 @@ from transformers import (
     ApertusForCausalLM,
     BloomConfig,
     BloomForCausalLM,
+    FalconConfig,
+    FalconForCausalLM,
     Gemma2Config,
     Gemma2ForCausalLM,
     Gemma3ForCausalLM,
@@ -117,6 +119,14 @@ BUILDERS = {
     "bloom": lambda: BloomForCausalLM(BloomConfig(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4)),
 }
 
+# Architectures headtrace registers nowhere, for discovery. Falcon's attention reads the attention
+# choice itself: under SDPA it returns no weights, under eager attention it does.
+UNLISTED = {
+    "falcon": lambda: FalconForCausalLM(FalconConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
+                                                     num_attention_heads=4, max_position_embeddings=512,
+                                                     bos_token_id=0, eos_token_id=0)),
+}
+
 QK_WEIGHTS = ("q_proj.weight", "k_proj.weight", "query_key_value.weight", "c_attn.weight", "qkv_proj.weight")
 QK_NORMS = ("q_norm.weight", "k_norm.weight", "q_layernorm", "k_layernorm")
 # Gemma's norms scale by 1 + weight; OLMo 2's normalise all heads' queries together.
@@ -128,7 +138,7 @@ def tiny_model(arch: str, seed: int = 0, qk_std: float = 0.3):
     large spread so heads attend selectively, which makes every comparison with a reference meaningful.
     Runs SDPA where the architecture supports it, else transformers' default (eager)."""
     torch.manual_seed(seed)
-    model = BUILDERS[arch]()
+    model = (BUILDERS.get(arch) or UNLISTED[arch])()
     with torch.no_grad():
         for name, param in model.named_parameters():
             if any(k in name for k in QK_WEIGHTS):

@@ -130,7 +130,7 @@ class ModelAdapter:
     def _layout(self) -> HeadLayout:
         cfg = self.config
         n_heads = _first_attr(cfg, "num_attention_heads", "n_head", "num_heads")
-        n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
+        n_kv = _first_attr(cfg, "num_key_value_heads", "num_kv_heads", default=None) or n_heads
         width, _ = projection_shape(self.out_proj[0])
         if width % n_heads:
             raise HeadtraceError(f"output projection width {width} is not a multiple of {n_heads} heads")
@@ -388,17 +388,20 @@ def check_discovered_layout(adapter: ModelAdapter) -> None:
 
     with evaluating(model):
         try:
-            with forward_pre_hooks((m, projection_hook) for _, m in projections.values()):
+            with forward_pre_hooks((m, projection_hook) for _, m in projections.values()), \
+                    forward_hooks((attn, weights_hook(l)) for l, attn in enumerate(adapter.attention)):
                 reference = model(ids, use_cache=False).logits.float()[:, -1]
-            with forward_hooks((attn, weights_hook(l)) for l, attn in enumerate(adapter.attention)):
-                with attention_function(adapter, spy):
+            returned = set(returned_weights)
+            with contextlib.suppress(Exception), attention_function(adapter, spy):
+                # A model that reads the attention choice itself may fail under an unknown one: not this route.
+                model(ids, use_cache=False)
+            route = "interface" if len(interface_layers) == layout.n_layers else "weights"
+            if route == "weights" and len(returned) < layout.n_layers:
+                returned_weights.clear()
+                with forward_hooks((attn, weights_hook(l)) for l, attn in enumerate(adapter.attention)), \
+                        eager_attention(model):
                     model(ids, use_cache=False)
-                route = "interface" if len(interface_layers) == layout.n_layers else "weights"
-                if route == "weights" and len(returned_weights) < layout.n_layers:
-                    returned_weights.clear()
-                    with eager_attention(model):
-                        model(ids, use_cache=False)
-                    route = "eager"
+                route = "eager"
             with adapter.recording_layer_input(0) as captured:
                 logits = adapter.logits_at(adapter.hidden_states(ids), query)
             replayed = adapter.logits_at(adapter.replay(captured[0], 0), query)
