@@ -38,22 +38,13 @@ from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_f
 
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
-from headtrace.hooks import (
-    CapabilityAccumulator,
-    accumulation_dtype,
-    attention_function,
-    forward_hooks,
-    head_output_hooks,
-    last_layer_at_query_only,
-    micro_batches,
-    needs_scores,
-    plain_attention,
-    scores_attention,
-    with_window,
-)
+from headtrace.hooks import (CapabilityAccumulator, accumulation_dtype, attention_function, forward_hooks,
+                             head_output_hooks, last_layer_at_query_only, micro_batches, needs_scores, plain_attention,
+                             scores_attention, with_window)
 from headtrace.models import ModelAdapter, attention_weights, eager_attention
 from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
-from headtrace.schema import SCHEMA_VERSION, SELECTIVITY_FLOOR, ScreenConfig, add_labels, head_id  # noqa: F401 (re-exported)
+from headtrace.schema import (SCHEMA_VERSION, SELECTIVITY_FLOOR, ScreenConfig, add_labels,  # noqa: F401 (re-exported)
+                              head_id)
 from headtrace.spectral import GramAccumulator
 from headtrace.store import utc_now
 
