@@ -57,8 +57,14 @@ from transformers import (
 
 VOCAB = 10240
 SLIDING_WINDOW = 16
-COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-              num_attention_heads=4, max_position_embeddings=512)
+COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=512,
+)
 GQA = {**COMMON, "num_key_value_heads": 2}
 # Layer 0 slides over the last SLIDING_WINDOW tokens, layer 1 attends globally (local-global models).
 LOCAL_GLOBAL = {"sliding_window": SLIDING_WINDOW, "layer_types": ["sliding_attention", "full_attention"]}
@@ -74,8 +80,9 @@ BUILDERS = {
     # OLMo 3: OLMo 2 with sliding-window and global layers.
     "olmo3": lambda: Olmo3ForCausalLM(Olmo3Config(**GQA, **LOCAL_GLOBAL)),
     # OLMoE: q/k RMSNorm, top-k routed experts.
-    "olmoe": lambda: OlmoeForCausalLM(OlmoeConfig(**{**COMMON, "intermediate_size": 32}, num_experts=4,
-                                                  num_experts_per_tok=2)),
+    "olmoe": lambda: OlmoeForCausalLM(
+        OlmoeConfig(**{**COMMON, "intermediate_size": 32}, num_experts=4, num_experts_per_tok=2)
+    ),
     # Llama with grouped-query attention (4 query heads share 2 key/value heads).
     "llama": lambda: LlamaForCausalLM(LlamaConfig(**GQA)),
     # Mistral: every layer slides over a window shorter than the probe.
@@ -84,20 +91,30 @@ BUILDERS = {
     "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**GQA)),
     # Qwen3: per-head q/k RMSNorm, head_dim set apart from the hidden size.
     "qwen3": lambda: Qwen3ForCausalLM(Qwen3Config(**GQA, head_dim=16)),
-    "qwen3_moe": lambda: Qwen3MoeForCausalLM(Qwen3MoeConfig(**GQA, head_dim=16, num_experts=4, num_experts_per_tok=2,
-                                                            moe_intermediate_size=32)),
+    "qwen3_moe": lambda: Qwen3MoeForCausalLM(
+        Qwen3MoeConfig(**GQA, head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+    ),
     # SmolLM3: layer 1 has no positional encoding (NoPE), layer 0 rotary.
-    "smollm3": lambda: SmolLM3ForCausalLM(SmolLM3Config(**GQA, no_rope_layers=[1, 0], pad_token_id=None,
-                                                        bos_token_id=0, eos_token_id=0)),
+    "smollm3": lambda: SmolLM3ForCausalLM(
+        SmolLM3Config(**GQA, no_rope_layers=[1, 0], pad_token_id=None, bos_token_id=0, eos_token_id=0)
+    ),
     # Apertus: xIELU MLP, q/k norms.
     "apertus": lambda: ApertusForCausalLM(ApertusConfig(**GQA)),
     # Gemma 2: attention-logit soft-capping (small, so that it bites), final-logit soft-capping, local-global.
-    "gemma2": lambda: Gemma2ForCausalLM(Gemma2Config(**GQA, head_dim=16, query_pre_attn_scalar=16,
-                                                     attn_logit_softcapping=3.0, final_logit_softcapping=5.0,
-                                                     **LOCAL_GLOBAL)),
+    "gemma2": lambda: Gemma2ForCausalLM(
+        Gemma2Config(
+            **GQA,
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            attn_logit_softcapping=3.0,
+            final_logit_softcapping=5.0,
+            **LOCAL_GLOBAL,
+        )
+    ),
     # Gemma 3 (text): q/k norms, local-global with two rotary bases.
-    "gemma3_text": lambda: Gemma3ForCausalLM(Gemma3TextConfig(**GQA, head_dim=16, query_pre_attn_scalar=16,
-                                                              **LOCAL_GLOBAL)),
+    "gemma3_text": lambda: Gemma3ForCausalLM(
+        Gemma3TextConfig(**GQA, head_dim=16, query_pre_attn_scalar=16, **LOCAL_GLOBAL)
+    ),
     # gpt-oss: a learned sink logit per head, local-global, routed experts.
     "gpt_oss": lambda: GptOssForCausalLM(GptOssConfig(**GQA, head_dim=16, **MOE, **LOCAL_GLOBAL)),
     # Phi-3: fused qkv projection and gate-up MLP.
@@ -105,16 +122,30 @@ BUILDERS = {
     # StableLM: partial rotary, per-head q/k LayerNorm.
     "stablelm": lambda: StableLmForCausalLM(StableLmConfig(**GQA, qk_layernorm=True)),
     # Granite: attention, residual and embedding multipliers, logits divided by logits_scaling.
-    "granite": lambda: GraniteForCausalLM(GraniteConfig(**GQA, attention_multiplier=0.2, residual_multiplier=0.5,
-                                                        embedding_multiplier=2.0, logits_scaling=4.0)),
+    "granite": lambda: GraniteForCausalLM(
+        GraniteConfig(
+            **GQA, attention_multiplier=0.2, residual_multiplier=0.5, embedding_multiplier=2.0, logits_scaling=4.0
+        )
+    ),
     # GPT-2: the output projection is a Conv1D.
-    "gpt2": lambda: GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=512,
-                                               bos_token_id=0, eos_token_id=0)),
+    "gpt2": lambda: GPT2LMHeadModel(
+        GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=512, bos_token_id=0, eos_token_id=0)
+    ),
     # GPT-Neo: a local layer (window in the module's own causal buffer) and a global one; unscaled scores.
-    "gpt_neo": lambda: GPTNeoForCausalLM(GPTNeoConfig(vocab_size=VOCAB, hidden_size=64, num_layers=2, num_heads=4,
-                                                      intermediate_size=128, max_position_embeddings=512,
-                                                      attention_types=[[["local", "global"], 1]],
-                                                      window_size=SLIDING_WINDOW, bos_token_id=0, eos_token_id=0)),
+    "gpt_neo": lambda: GPTNeoForCausalLM(
+        GPTNeoConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_layers=2,
+            num_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=512,
+            attention_types=[[["local", "global"], 1]],
+            window_size=SLIDING_WINDOW,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    ),
     # BLOOM: ALiBi, no positional embedding, fused query-key-value.
     "bloom": lambda: BloomForCausalLM(BloomConfig(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4)),
 }
@@ -122,9 +153,17 @@ BUILDERS = {
 # Architectures headtrace registers nowhere, for discovery. Falcon's attention reads the attention
 # choice itself: under SDPA it returns no weights, under eager attention it does.
 UNLISTED = {
-    "falcon": lambda: FalconForCausalLM(FalconConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
-                                                     num_attention_heads=4, max_position_embeddings=512,
-                                                     bos_token_id=0, eos_token_id=0)),
+    "falcon": lambda: FalconForCausalLM(
+        FalconConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=512,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    ),
 }
 
 QK_WEIGHTS = ("q_proj.weight", "k_proj.weight", "query_key_value.weight", "c_attn.weight", "qkv_proj.weight")

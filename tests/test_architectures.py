@@ -31,8 +31,15 @@ from headtrace.screen import ScreenConfig, screen
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ProbeSpec(n_examples=12, seq_len=48)  # three sliding windows long
 # Layers that slide over SLIDING_WINDOW tokens in the tiny models.
-SLIDING = {"mistral": (0, 1), "mixtral": (0, 1), "olmo3": (0,), "gemma2": (0,), "gemma3_text": (0,), "gpt_oss": (0,),
-           "gpt_neo": (0,)}
+SLIDING = {
+    "mistral": (0, 1),
+    "mixtral": (0, 1),
+    "olmo3": (0,),
+    "gemma2": (0,),
+    "gemma3_text": (0,),
+    "gpt_oss": (0,),
+    "gpt_neo": (0,),
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +62,19 @@ def test_ablation_equals_a_hand_zeroed_forward(arch, probe):
     head_dim = adapter.layout.head_dim
     circuit = ((0, 1), (0, 3), (1, 2))
     by_layer = {0: [1, 3], 1: [2]}
-    expected = reference_stats(model, probe, [(adapter.out_proj[l], without_heads(adapter.out_proj[l], heads, head_dim))
-                                              for l, heads in by_layer.items()])
+    expected = reference_stats(
+        model,
+        probe,
+        [(adapter.out_proj[l], without_heads(adapter.out_proj[l], heads, head_dim)) for l, heads in by_layer.items()],
+    )
     single = reference_stats(model, probe, [(adapter.out_proj[1], without_heads(adapter.out_proj[1], [0], head_dim))])
-    stats = run_conditions(adapter, probe, [Condition("clean", ()), Condition("circuit", circuit),
-                                            Condition("single", ((1, 0),))], batch_size=5, stack=2)
+    stats = run_conditions(
+        adapter,
+        probe,
+        [Condition("clean", ()), Condition("circuit", circuit), Condition("single", ((1, 0),))],
+        batch_size=5,
+        stack=2,
+    )
     np.testing.assert_allclose(stats[0], reference_stats(model, probe), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(stats[1], expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(stats[2], single, rtol=1e-5, atol=1e-5)
@@ -97,8 +112,9 @@ def test_learned_sink_mass_is_what_the_keys_leave(probe):
     model = tiny_model("gpt_oss")
     heads = screen(ModelAdapter(model), probe, ScreenConfig.of(batch_size=6)).heads
     ref = naive_screen(model, probe)
-    np.testing.assert_allclose(heads.learned_sink_mass.to_numpy().reshape(2, 4), ref["learned_sink_mass"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        heads.learned_sink_mass.to_numpy().reshape(2, 4), ref["learned_sink_mass"], rtol=1e-5, atol=1e-6
+    )
     with torch.no_grad():
         model.model.layers[0].self_attn.sinks.sub_(20.0)  # a sink nobody attends to
     drained = screen(ModelAdapter(model), probe, ScreenConfig.of(batch_size=6)).heads
@@ -109,8 +125,9 @@ def test_learned_sink_mass_is_what_the_keys_leave(probe):
 # --------------------------------------------------------------------------------------------
 # Discovery.
 
-FALCON = ArchitectureSpec(layers="transformer.h", attention="self_attention", out_proj="dense",
-                          final_norm="transformer.ln_f")
+FALCON = ArchitectureSpec(
+    layers="transformer.h", attention="self_attention", out_proj="dense", final_norm="transformer.ln_f"
+)
 
 
 class RenamedConfig(LlamaConfig):
@@ -148,11 +165,14 @@ def renamed(builder, config_class, source: str):
     return model.eval()
 
 
-@pytest.mark.parametrize("source, builder, config_class, route", [
-    ("llama", RenamedForCausalLM, RenamedConfig, "logsumexp"),
-    ("bloom", RenamedBloomForCausalLM, RenamedBloomConfig, "module-weights"),
-    ("falcon", None, None, "eager-weights"),  # no attention interface, weights only under eager attention
-])
+@pytest.mark.parametrize(
+    "source, builder, config_class, route",
+    [
+        ("llama", RenamedForCausalLM, RenamedConfig, "logsumexp"),
+        ("bloom", RenamedBloomForCausalLM, RenamedBloomConfig, "module-weights"),
+        ("falcon", None, None, "eager-weights"),  # no attention interface, weights only under eager attention
+    ],
+)
 def test_an_unlisted_architecture_is_discovered_and_screened_exactly(source, builder, config_class, route, probe):
     model = renamed(builder, config_class, source) if builder else tiny_model(source)
     assert model.config.model_type not in ARCHITECTURES
@@ -163,8 +183,9 @@ def test_an_unlisted_architecture_is_discovered_and_screened_exactly(source, bui
     ref = naive_screen(model, probe)
     shape = (2, 4)
     for name in ("induction", "previous", "first", "self", "baseline"):
-        np.testing.assert_allclose(result.heads[f"mean_{name}"].to_numpy().reshape(shape), ref[name], rtol=1e-5,
-                                   atol=1e-7)
+        np.testing.assert_allclose(
+            result.heads[f"mean_{name}"].to_numpy().reshape(shape), ref[name], rtol=1e-5, atol=1e-7
+        )
     np.testing.assert_allclose(result.heads.pr.to_numpy().reshape(shape), ref["pr"], rtol=1e-5)
     np.testing.assert_allclose(result.run.loss[0], ref["loss"], rtol=1e-5)
     run = result.run.iloc[0]
@@ -200,7 +221,10 @@ def test_a_layout_that_fails_its_forward_check_is_refused_in_one_line():
                 layer.self_attn.dense = torch.nn.Linear(64, 64)  # a projection the attention never runs
 
     model = Confusing(RenamedConfig(**GQA)).eval()
-    with pytest.raises(HeadtraceError, match=r"unsupported architecture 'headtrace_test_renamed' \(Confusing\): its "
-                                             "output projections .* do not each run once") as error:
+    with pytest.raises(
+        HeadtraceError,
+        match=r"unsupported architecture 'headtrace_test_renamed' \(Confusing\): its "
+        "output projections .* do not each run once",
+    ) as error:
         ModelAdapter(model)
     assert "\n" not in str(error.value)

@@ -23,8 +23,14 @@ from headtrace.store import read_results
 from headtrace.watch import Watcher
 
 CONFIG = ScreenConfig.of(n_examples=12, seq_len=48, batch_size=5)
-NUMBERS = [f"mean_{name}" for name in CHANNELS] + ["sel_induction", "sel_previous", "sel_first", "sink_score", "pr",
-                                                   "pr_cov"]
+NUMBERS = [f"mean_{name}" for name in CHANNELS] + [
+    "sel_induction",
+    "sel_previous",
+    "sel_first",
+    "sink_score",
+    "pr",
+    "pr_cov",
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +38,12 @@ def tokenizer(tmp_path_factory):
     """A word-level tokenizer made here (the screen feeds token ids; the libraries want some tokenizer)."""
     folder = tmp_path_factory.mktemp("tokenizer")
     vocab = {"<bos>": 0, "<unk>": 1} | {f"t{i}": i for i in range(2, 100)}
-    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")), bos_token="<bos>",
-                            eos_token="<bos>", unk_token="<unk>").save_pretrained(folder)
+    PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+        bos_token="<bos>",
+        eos_token="<bos>",
+        unk_token="<unk>",
+    ).save_pretrained(folder)
     return AutoTokenizer.from_pretrained(folder)
 
 
@@ -44,24 +54,30 @@ def hooked_transformer(arch: str, folder):
     from transformer_lens import loading_from_pretrained as loading
 
     model = tiny_model(arch)
-    model.config.n_ctx = model.config.max_position_embeddings if hasattr(model.config, "max_position_embeddings") \
+    model.config.n_ctx = (
+        model.config.max_position_embeddings
+        if hasattr(model.config, "max_position_embeddings")
         else model.config.n_positions
+    )
     model.save_pretrained(folder)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # HookedTransformer's deprecation notice (TransformerLens 3.x)
-        cfg = loading.get_pretrained_model_config(str(folder), hf_cfg=model.config.to_dict(), fold_ln=False,
-                                                  device="cpu")
+        cfg = loading.get_pretrained_model_config(
+            str(folder), hf_cfg=model.config.to_dict(), fold_ln=False, device="cpu"
+        )
         hooked = HookedTransformer(cfg)
     state = loading.get_pretrained_state_dict(str(folder), cfg, hf_model=model)
-    hooked.load_and_process_state_dict(state, fold_ln=False, center_writing_weights=False, center_unembed=False,
-                                       fold_value_biases=False)
+    hooked.load_and_process_state_dict(
+        state, fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False
+    )
     return hooked.eval(), model
 
 
 def assert_same_screen(got, expected, rtol: float):
     assert list(got.heads.head_id) == list(expected.heads.head_id)
-    np.testing.assert_allclose(got.heads[NUMBERS].to_numpy(float), expected.heads[NUMBERS].to_numpy(float), rtol=rtol,
-                               atol=1e-7)
+    np.testing.assert_allclose(
+        got.heads[NUMBERS].to_numpy(float), expected.heads[NUMBERS].to_numpy(float), rtol=rtol, atol=1e-7
+    )
     for metric in ("top1", "top5", "loss", "mean_logit_answer"):
         np.testing.assert_allclose(got.run[metric][0], expected.run[metric][0], rtol=rtol, atol=1e-6)
     assert got.heads.best_selectivity.max() > 3  # the heads attend selectively: the comparison means something

@@ -9,10 +9,33 @@ from headtrace.models import ModelAdapter, load_model, resolve_device, resolve_d
 from models_zoo import BUILDERS, tiny_model
 
 LAYOUTS = {  # (layers, heads, kv heads, head dim) of the tiny configs
-    "gpt_neox": (2, 4, 4, 16), "olmo": (2, 4, 4, 16), "olmo2": (2, 4, 4, 16), "olmoe": (2, 4, 4, 16),
-    "gpt2": (2, 4, 4, 16), "gpt_neo": (2, 4, 4, 16), "bloom": (2, 4, 4, 16),
-    **{arch: (2, 4, 2, 16) for arch in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "olmo3", "smollm3",
-                                         "apertus", "gemma2", "gemma3_text", "gpt_oss", "phi3", "stablelm", "granite")},
+    "gpt_neox": (2, 4, 4, 16),
+    "olmo": (2, 4, 4, 16),
+    "olmo2": (2, 4, 4, 16),
+    "olmoe": (2, 4, 4, 16),
+    "gpt2": (2, 4, 4, 16),
+    "gpt_neo": (2, 4, 4, 16),
+    "bloom": (2, 4, 4, 16),
+    **{
+        arch: (2, 4, 2, 16)
+        for arch in (
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen3",
+            "qwen3_moe",
+            "olmo3",
+            "smollm3",
+            "apertus",
+            "gemma2",
+            "gemma3_text",
+            "gpt_oss",
+            "phi3",
+            "stablelm",
+            "granite",
+        )
+    },
 }
 
 
@@ -24,9 +47,11 @@ def test_layout(arch):
 
 def test_a_model_without_attention_is_refused_in_one_line():
     model = MambaForCausalLM(MambaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2))
-    with pytest.raises(HeadtraceError, match="unsupported architecture 'mamba' .MambaForCausalLM.: no attention module "
-                                             r"with an output projection in backbone.layers\[0\].*register_architecture"
-                       ) as error:
+    with pytest.raises(
+        HeadtraceError,
+        match="unsupported architecture 'mamba' .MambaForCausalLM.: no attention module "
+        r"with an output projection in backbone.layers\[0\].*register_architecture",
+    ) as error:
         ModelAdapter(model)
     assert "\n" not in str(error.value)
 

@@ -16,10 +16,14 @@ SHORT = ProbeSpec(n_examples=12, seq_len=48)
 FIRST = ("gpt_neox", "olmo", "olmoe", "llama", "mistral", "qwen2", "gpt2")
 # The routes each architecture's attention is read on (screen.py), at this probe's length.
 ROUTES = {arch: "logsumexp" for arch in BUILDERS} | {
-    "mistral": "widened", "mixtral": "widened",  # every layer slides over 16 < 64 tokens: masked SDPA
-    "olmo3": "logsumexp+widened", "gemma3_text": "logsumexp+widened",  # a global layer, a sliding one
-    "gemma2": "scores", "gpt_oss": "scores",  # soft-capping, learned sinks: from the scores
-    "bloom": "module-weights", "gpt_neo": "module-weights",  # no attention interface
+    "mistral": "widened",
+    "mixtral": "widened",  # every layer slides over 16 < 64 tokens: masked SDPA
+    "olmo3": "logsumexp+widened",
+    "gemma3_text": "logsumexp+widened",  # a global layer, a sliding one
+    "gemma2": "scores",
+    "gpt_oss": "scores",  # soft-capping, learned sinks: from the scores
+    "bloom": "module-weights",
+    "gpt_neo": "module-weights",  # no attention interface
 }
 
 
@@ -45,8 +49,9 @@ def test_widened_values_route_matches_reference(arch, probe, monkeypatch):
 
     taken = []
     widened = headtrace.screen._attention_with_widened_values
-    monkeypatch.setattr(headtrace.screen, "_attention_with_widened_values",
-                        lambda *a, **k: taken.append(1) or widened(*a, **k))
+    monkeypatch.setattr(
+        headtrace.screen, "_attention_with_widened_values", lambda *a, **k: taken.append(1) or widened(*a, **k)
+    )
     check_against_reference(arch, probe, route="widened")
     assert taken
 
@@ -96,8 +101,9 @@ def test_per_head_outputs_reconstruct_projection(arch, short_probe):
     handle.remove()
     x = captured["x"].view(*captured["x"].shape[:-1], layout.n_heads, layout.head_dim)
     weight = proj.weight if isinstance(proj, torch.nn.Linear) else proj.weight.T  # Conv1D stores [in, out]
-    per_head = [x[..., h, :] @ weight[:, h * layout.head_dim:(h + 1) * layout.head_dim].T
-                for h in range(layout.n_heads)]
+    per_head = [
+        x[..., h, :] @ weight[:, h * layout.head_dim : (h + 1) * layout.head_dim].T for h in range(layout.n_heads)
+    ]
     bias = proj.bias if proj.bias is not None else 0.0
     torch.testing.assert_close(sum(per_head) + bias, captured["y"], rtol=1e-4, atol=1e-5)
 
@@ -130,8 +136,12 @@ def test_last_layer_runs_at_the_query_only(arch, probe):
     def record(name):
         return lambda _module, args, _output: rows.setdefault(name, set()).add(args[0].shape[1])
 
-    modules = {"proj first": adapter.out_proj[0], "proj last": adapter.out_proj[-1],
-               "mlp first": adapter.mlp[0], "mlp last": adapter.mlp[-1]}
+    modules = {
+        "proj first": adapter.out_proj[0],
+        "proj last": adapter.out_proj[-1],
+        "mlp first": adapter.mlp[0],
+        "mlp last": adapter.mlp[-1],
+    }
     handles = [module.register_forward_hook(record(name)) for name, module in modules.items()]
     screen(adapter, probe, ScreenConfig.of(batch_size=8))
     for handle in handles:

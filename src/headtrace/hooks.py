@@ -42,9 +42,7 @@ def forward_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable]]) -> Iterator
 
 
 @contextlib.contextmanager
-def head_output_hooks(
-    adapter: ModelAdapter, fn: Callable[[int, torch.Tensor], torch.Tensor | None]
-) -> Iterator[None]:
+def head_output_hooks(adapter: ModelAdapter, fn: Callable[[int, torch.Tensor], torch.Tensor | None]) -> Iterator[None]:
     """Call fn(layer, per_head_outputs [b, L, heads, dim]) with each output projection's input.
 
     When fn returns a tensor of that shape, it replaces the input (how heads are ablated)."""
@@ -105,8 +103,9 @@ def attention_function(adapter: ModelAdapter, fn: Callable) -> Iterator[None]:
         del ALL_ATTENTION_FUNCTIONS[name]
 
 
-def with_window(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,
-                kwargs: dict) -> torch.Tensor | None:
+def with_window(
+    query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None, kwargs: dict
+) -> torch.Tensor | None:
     """The mask of a causal prefill: `attention_mask` as given, or, where none is given and the
     layer slides over fewer keys than there are (Mistral, Gemma, gpt-oss, OLMo 3), the boolean
     sliding-window mask [1, 1, L, L] transformers builds for it (True: attend to key j from query i
@@ -130,10 +129,18 @@ def needs_scores(kwargs: dict) -> bool:
     return any(kwargs.get(name) is not None for name in SCORE_MODIFIERS)
 
 
-def scores_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask: torch.Tensor | None, scaling: float | None = None, softcap: float | None = None,
-                     s_aux: torch.Tensor | None = None, position_bias: torch.Tensor | None = None,
-                     **_) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def scores_attention(
+    module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    softcap: float | None = None,
+    s_aux: torch.Tensor | None = None,
+    position_bias: torch.Tensor | None = None,
+    **_,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Attention as transformers' eager attention computes it, with float32 probabilities: scores
     scaled, soft-capped, biased and masked (no mask: causal), learned sink logits appended to each
     row before the softmax (gpt-oss) and dropped after. Give the mask `with_window` returns.

@@ -48,8 +48,10 @@ def as_adapter(model) -> ModelAdapter | TransformerLensAdapter:
         return TransformerLensAdapter(model)
     if isinstance(model, nn.Module) and hasattr(model, "config") and hasattr(model, "get_output_embeddings"):
         return ModelAdapter(model)
-    raise HeadtraceError(f"cannot screen a {type(model).__module__}.{type(model).__name__}: give a Hugging Face causal "
-                         "LM, a TransformerLens HookedTransformer or TransformerBridge, or an nnsight LanguageModel")
+    raise HeadtraceError(
+        f"cannot screen a {type(model).__module__}.{type(model).__name__}: give a Hugging Face causal "
+        "LM, a TransformerLens HookedTransformer or TransformerBridge, or an nnsight LanguageModel"
+    )
 
 
 class TransformerLensAdapter:
@@ -63,15 +65,25 @@ class TransformerLensAdapter:
         cfg = model.cfg
         tokenizer = getattr(model, "tokenizer", None)
         # What the watcher reads of a Hugging Face config.
-        self.config = types.SimpleNamespace(bos_token_id=getattr(tokenizer, "bos_token_id", None),
-                                            model_type=self._architecture(cfg))
+        self.config = types.SimpleNamespace(
+            bos_token_id=getattr(tokenizer, "bos_token_id", None), model_type=self._architecture(cfg)
+        )
         self.model_type = self.config.model_type
-        self.layout = HeadLayout(n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                                 n_kv_heads=getattr(cfg, "n_key_value_heads", None) or cfg.n_heads, head_dim=cfg.d_head)
-        missing = [name for name in ("blocks.0.attn.hook_pattern", "blocks.0.attn.hook_z")
-                   if name not in getattr(model, "hook_dict", {name: None})]
+        self.layout = HeadLayout(
+            n_layers=cfg.n_layers,
+            n_heads=cfg.n_heads,
+            n_kv_heads=getattr(cfg, "n_key_value_heads", None) or cfg.n_heads,
+            head_dim=cfg.d_head,
+        )
+        missing = [
+            name
+            for name in ("blocks.0.attn.hook_pattern", "blocks.0.attn.hook_z")
+            if name not in getattr(model, "hook_dict", {name: None})
+        ]
         if missing:
-            raise HeadtraceError(f"this {type(model).__name__} has no {missing[0]} hook: the screen reads attention there")
+            raise HeadtraceError(
+                f"this {type(model).__name__} has no {missing[0]} hook: the screen reads attention there"
+            )
 
     @staticmethod
     def _architecture(cfg) -> str:

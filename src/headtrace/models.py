@@ -56,16 +56,39 @@ _LLAMA_LIKE = ArchitectureSpec(layers="model.layers", attention="self_attn", out
 _GPT_NEO_LIKE = {"layers": "transformer.h", "final_norm": "transformer.ln_f", "route": "weights"}
 
 ARCHITECTURES: dict[str, ArchitectureSpec] = {
-    "gpt_neox": ArchitectureSpec(layers="gpt_neox.layers", attention="attention", out_proj="dense",
-                                 final_norm="gpt_neox.final_layer_norm"),
-    "gpt2": ArchitectureSpec(layers="transformer.h", attention="attn", out_proj="c_proj", final_norm="transformer.ln_f"),
+    "gpt_neox": ArchitectureSpec(
+        layers="gpt_neox.layers", attention="attention", out_proj="dense", final_norm="gpt_neox.final_layer_norm"
+    ),
+    "gpt2": ArchitectureSpec(
+        layers="transformer.h", attention="attn", out_proj="c_proj", final_norm="transformer.ln_f"
+    ),
     # ALiBi and fused query-key-value: the attention module computes its weights itself and returns them.
     "bloom": ArchitectureSpec(attention="self_attention", out_proj="dense", **_GPT_NEO_LIKE),
     # Local (sliding-window) layers built into the module's own causal buffer; no attention interface.
     "gpt_neo": ArchitectureSpec(attention="attn.attention", out_proj="out_proj", **_GPT_NEO_LIKE),
-    **{model_type: _LLAMA_LIKE for model_type in (
-        "olmo", "olmo2", "olmo3", "olmoe", "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "smollm3",
-        "apertus", "gemma2", "gemma3_text", "gpt_oss", "phi3", "stablelm", "granite")},
+    **{
+        model_type: _LLAMA_LIKE
+        for model_type in (
+            "olmo",
+            "olmo2",
+            "olmo3",
+            "olmoe",
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen3",
+            "qwen3_moe",
+            "smollm3",
+            "apertus",
+            "gemma2",
+            "gemma3_text",
+            "gpt_oss",
+            "phi3",
+            "stablelm",
+            "granite",
+        )
+    },
 }
 
 
@@ -114,8 +137,9 @@ class ModelAdapter:
             ) from None
         # Every module inside a layer's attention maps to that layer: whichever of them calls the
         # attention function, the screen knows the layer.
-        self.layer_of_attention = {id(module): layer for layer, attn in enumerate(self.attention)
-                                   for module in attn.modules()}
+        self.layer_of_attention = {
+            id(module): layer for layer, attn in enumerate(self.attention) for module in attn.modules()
+        }
         self.layout = self._layout()
         self.attention_route = spec.route
         self.trim_last_layer = self.mlp is not None  # hooks.last_layer_at_query_only applies
@@ -172,10 +196,13 @@ class ModelAdapter:
                     captured[-1].later.append((args[1:], dict(kwargs)))
                 if stop and index == len(self.layers) - 1:
                     raise StopForward
+
             return record
 
-        handles = [self.layers[index].register_forward_pre_hook(hook(index), with_kwargs=True)
-                   for index in range(layer, len(self.layers))]
+        handles = [
+            self.layers[index].register_forward_pre_hook(hook(index), with_kwargs=True)
+            for index in range(layer, len(self.layers))
+        ]
         try:
             yield captured
         finally:
@@ -247,8 +274,9 @@ def projection_shape(module: nn.Module) -> tuple[int, int]:
 
 
 def is_projection(module: nn.Module) -> bool:
-    return isinstance(module, nn.Linear) or (type(module).__name__ == "Conv1D" and getattr(module, "weight", None)
-                                             is not None and module.weight.ndim == 2)
+    return isinstance(module, nn.Linear) or (
+        type(module).__name__ == "Conv1D" and getattr(module, "weight", None) is not None and module.weight.ndim == 2
+    )
 
 
 @dataclass
@@ -292,8 +320,11 @@ def discover_architecture(model: nn.Module) -> ArchitectureSpec:
     if not (n_layers and hidden):
         raise _refuse(model, "its config gives no layer count or hidden size")
     names = {id(module): name for name, module in model.named_modules()}
-    layer_lists = [(name, module) for name, module in model.named_modules()
-                   if isinstance(module, nn.ModuleList) and len(module) == n_layers and name]
+    layer_lists = [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, nn.ModuleList) and len(module) == n_layers and name
+    ]
     if not layer_lists:
         raise _refuse(model, f"no list of {n_layers} decoder layers in its module tree")
     layers_path, layers = layer_lists[0]
@@ -305,7 +336,8 @@ def discover_architecture(model: nn.Module) -> ArchitectureSpec:
         parent = name.rpartition(".")[0]
         owner = layer.get_submodule(parent) if parent else layer
         in_attention = any(_ATTENTION_NAME.search(part) for part in parent.split(".")) or bool(
-            _ATTENTION_NAME.search(type(owner).__name__))
+            _ATTENTION_NAME.search(type(owner).__name__)
+        )
         width, out = projection_shape(module)
         if parent and in_attention and out == hidden:
             found.append((parent, name.rpartition(".")[2], width))
@@ -319,10 +351,22 @@ def discover_architecture(model: nn.Module) -> ArchitectureSpec:
         raise _refuse(model, f"no output projection in {layers_path}[0] takes a multiple of {n_heads} heads")
     attention, out_proj = next((f for f in found if f[1] in _OUT_PROJ_NAMES), found[-1])
     attention_root = attention.split(".")[0]
-    mlp = next((name for name, child in layer.named_children()
-                if name != attention_root and (_MLP_NAME.search(name) or _MLP_NAME.search(type(child).__name__))), "")
-    return ArchitectureSpec(layers=layers_path, attention=attention, out_proj=out_proj,
-                            final_norm=_final_norm(model, layers, names), mlp=mlp, route="interface")
+    mlp = next(
+        (
+            name
+            for name, child in layer.named_children()
+            if name != attention_root and (_MLP_NAME.search(name) or _MLP_NAME.search(type(child).__name__))
+        ),
+        "",
+    )
+    return ArchitectureSpec(
+        layers=layers_path,
+        attention=attention,
+        out_proj=out_proj,
+        final_norm=_final_norm(model, layers, names),
+        mlp=mlp,
+        route="interface",
+    )
 
 
 def _final_norm(model: nn.Module, layers: nn.ModuleList, names: dict[int, str]) -> str:
@@ -361,8 +405,9 @@ def check_discovered_layout(adapter: ModelAdapter) -> None:
     length = 6
     ids = torch.arange(1, length + 1, device=adapter.device)[None] % adapter.vocab_size
     query = torch.tensor([length - 1], device=ids.device)
-    projections = {id(m): (layer, m) for layer, attn in enumerate(adapter.attention)
-                   for m in attn.modules() if is_projection(m)}
+    projections = {
+        id(m): (layer, m) for layer, attn in enumerate(adapter.attention) for m in attn.modules() if is_projection(m)
+    }
     calls: list[tuple[int, tuple]] = []  # (layer, input shape) of each output projection run
     last: dict[int, nn.Module] = {}  # per layer, the last projection run inside its attention module
     interface_layers: set[int] = set()
@@ -378,6 +423,7 @@ def check_discovered_layout(adapter: ModelAdapter) -> None:
         def hook(_module, _args, output):
             if attention_weights(output, length) is not None:
                 returned_weights.add(layer)
+
         return hook
 
     def spy(module, query_states, key, value, attention_mask, **kwargs):
@@ -388,8 +434,10 @@ def check_discovered_layout(adapter: ModelAdapter) -> None:
 
     with evaluating(model):
         try:
-            with forward_pre_hooks((m, projection_hook) for _, m in projections.values()), \
-                    forward_hooks((attn, weights_hook(l)) for l, attn in enumerate(adapter.attention)):
+            with (
+                forward_pre_hooks((m, projection_hook) for _, m in projections.values()),
+                forward_hooks((attn, weights_hook(l)) for l, attn in enumerate(adapter.attention)),
+            ):
                 reference = model(ids, use_cache=False).logits.float()[:, -1]
             returned = set(returned_weights)
             with contextlib.suppress(Exception), attention_function(adapter, spy):
@@ -398,8 +446,10 @@ def check_discovered_layout(adapter: ModelAdapter) -> None:
             route = "interface" if len(interface_layers) == layout.n_layers else "weights"
             if route == "weights" and len(returned) < layout.n_layers:
                 returned_weights.clear()
-                with forward_hooks((attn, weights_hook(l)) for l, attn in enumerate(adapter.attention)), \
-                        eager_attention(model):
+                with (
+                    forward_hooks((attn, weights_hook(l)) for l, attn in enumerate(adapter.attention)),
+                    eager_attention(model),
+                ):
                     model(ids, use_cache=False)
                 route = "eager"
             with adapter.recording_layer_input(0) as captured:
@@ -411,26 +461,42 @@ def check_discovered_layout(adapter: ModelAdapter) -> None:
                     trimmed = adapter.logits_at(adapter.hidden_states(ids), query)
         except Exception as exc:  # the assumed layout does not run
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise _refuse(model, f"the discovered layout {adapter.spec.describe()} fails a forward pass "
-                                 f"({type(exc).__name__}: {first_line})") from None
+            raise _refuse(
+                model,
+                f"the discovered layout {adapter.spec.describe()} fails a forward pass "
+                f"({type(exc).__name__}: {first_line})",
+            ) from None
     width = layout.n_heads * layout.head_dim
     if sorted(layer for layer, _ in calls) != list(range(layout.n_layers)) or any(
-            shape != (1, length, width) for _, shape in calls):
-        raise _refuse(model, f"its output projections ({adapter.spec.describe()}) do not each run once per layer on "
-                             f"the {width} per-head outputs")
+        shape != (1, length, width) for _, shape in calls
+    ):
+        raise _refuse(
+            model,
+            f"its output projections ({adapter.spec.describe()}) do not each run once per layer on "
+            f"the {width} per-head outputs",
+        )
     if any(last.get(layer) is not adapter.out_proj[layer] for layer in range(layout.n_layers)):
-        raise _refuse(model, f"{adapter.spec.out_proj} is not the last projection its attention module runs, so it is "
-                             "not the output projection")
+        raise _refuse(
+            model,
+            f"{adapter.spec.out_proj} is not the last projection its attention module runs, so it is "
+            "not the output projection",
+        )
     if route == "eager" and len(returned_weights) < layout.n_layers:
-        raise _refuse(model, "its attention neither calls transformers' attention functions nor returns attention "
-                             "weights, even under eager attention")
+        raise _refuse(
+            model,
+            "its attention neither calls transformers' attention functions nor returns attention "
+            "weights, even under eager attention",
+        )
 
     def close(a: torch.Tensor, b: torch.Tensor) -> bool:
         return torch.allclose(a, b, rtol=1e-4, atol=1e-4)
 
     if not (close(logits, reference) and close(replayed, reference)):
-        raise _refuse(model, f"its final norm ({adapter.spec.final_norm or 'none found'}) and output embedding do not "
-                             "give the model's logits")
+        raise _refuse(
+            model,
+            f"its final norm ({adapter.spec.final_norm or 'none found'}) and output embedding do not "
+            "give the model's logits",
+        )
     adapter.attention_route = route
     adapter.spec = dataclasses.replace(adapter.spec, route=route)
     adapter.trim_last_layer = trimmed is not None and close(trimmed, logits)
@@ -520,7 +586,8 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 def _auto_dtype(hf_config, device: torch.device) -> str:
     """`--dtype auto`: the checkpoint's own dtype where this device runs it, else float32."""
     stored = str(getattr(hf_config, "torch_dtype", None) or getattr(hf_config, "dtype", None) or "").removeprefix(
-        "torch.")
+        "torch."
+    )
     if stored in DTYPES:
         try:
             resolve_dtype(stored, device)
@@ -551,8 +618,9 @@ def check_architecture(hf_config, trust_remote_code: bool = False) -> Architectu
             model = AutoModelForCausalLM.from_config(hf_config, trust_remote_code=trust_remote_code)
     except Exception as exc:  # transformers raises ValueError, ImportError, KeyError... for what it cannot build
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise unsupported_architecture(hf_config.model_type, classes,
-                                       f"transformers builds no causal LM from its config ({first_line})") from None
+        raise unsupported_architecture(
+            hf_config.model_type, classes, f"transformers builds no causal LM from its config ({first_line})"
+        ) from None
     return discover_architecture(model)
 
 
@@ -586,9 +654,15 @@ def load_model(
     location, kwargs = _locate(model)
 
     def load(attention: str):
-        return AutoModelForCausalLM.from_pretrained(location, revision=revision, dtype=torch_dtype,
-                                                    attn_implementation=attention, trust_remote_code=trust_remote_code,
-                                                    cache_dir=cache_dir, **kwargs)
+        return AutoModelForCausalLM.from_pretrained(
+            location,
+            revision=revision,
+            dtype=torch_dtype,
+            attn_implementation=attention,
+            trust_remote_code=trust_remote_code,
+            cache_dir=cache_dir,
+            **kwargs,
+        )
 
     try:
         try:
@@ -608,8 +682,10 @@ def load_model(
         _check_supported_config(location, revision, trust_remote_code, kwargs)
         raise HeadtraceError(f"cannot load model '{model}': {str(exc).splitlines()[0]}") from None
     except SafetensorError as exc:
-        raise HeadtraceError(f"cannot read the weights of '{model}': {str(exc).strip().splitlines()[0]}; a weights "
-                             "file is truncated or corrupt: re-download or re-save it") from None
+        raise HeadtraceError(
+            f"cannot read the weights of '{model}': {str(exc).strip().splitlines()[0]}; a weights "
+            "file is truncated or corrupt: re-download or re-save it"
+        ) from None
     hf_model.to(torch_device).eval()
     check_finite_weights(hf_model, f"{model}" + (f"@{revision}" if revision else ""))
     return ModelAdapter(hf_model)
@@ -653,8 +729,14 @@ def _locate(model: str) -> tuple[str, dict]:
     return model, {}
 
 
-def preflight(model: str, config: ScreenConfig, revision: str | None = None, trust_remote_code: bool = False,
-              cache_dir: str | None = None, circuit: str | None = None) -> tuple[ScreenConfig, HeadLayout | None]:
+def preflight(
+    model: str,
+    config: ScreenConfig,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    cache_dir: str | None = None,
+    circuit: str | None = None,
+) -> tuple[ScreenConfig, HeadLayout | None]:
     """Check all that can be checked before the weights load (minutes for a large model): device and
     dtype, from the model's config its architecture (registered, or discovered on a meta-device
     model: `check_architecture`), context, vocabulary and the heads a `circuit`
@@ -670,8 +752,9 @@ def preflight(model: str, config: ScreenConfig, revision: str | None = None, tru
         resolve_dtype(config.dtype, device)
     location, kwargs = _locate(model)
     try:
-        hf_config = AutoConfig.from_pretrained(location, revision=revision, trust_remote_code=trust_remote_code,
-                                               cache_dir=cache_dir, **kwargs)
+        hf_config = AutoConfig.from_pretrained(
+            location, revision=revision, trust_remote_code=trust_remote_code, cache_dir=cache_dir, **kwargs
+        )
     except (OSError, ValueError):
         hf_config = None
     dtype = config.dtype if config.dtype != "auto" else _auto_dtype(hf_config, device)
@@ -680,13 +763,19 @@ def preflight(model: str, config: ScreenConfig, revision: str | None = None, tru
         check_weights(location, kwargs)
         return config, None
     check_architecture(hf_config, trust_remote_code)
-    check_probe_fits(config, _first_attr(hf_config, "max_position_embeddings", "n_positions", default=None),
-                     getattr(hf_config, "vocab_size", None))
+    check_probe_fits(
+        config,
+        _first_attr(hf_config, "max_position_embeddings", "n_positions", default=None),
+        getattr(hf_config, "vocab_size", None),
+    )
     n_heads = _first_attr(hf_config, "num_attention_heads", "n_head", "num_heads")
     hidden = _first_attr(hf_config, "hidden_size", "n_embd", "d_model")
-    layout = HeadLayout(n_layers=_first_attr(hf_config, "num_hidden_layers", "n_layer", "num_layers"), n_heads=n_heads,
-                        n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads,
-                        head_dim=getattr(hf_config, "head_dim", None) or hidden // n_heads)
+    layout = HeadLayout(
+        n_layers=_first_attr(hf_config, "num_hidden_layers", "n_layer", "num_layers"),
+        n_heads=n_heads,
+        n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads,
+        head_dim=getattr(hf_config, "head_dim", None) or hidden // n_heads,
+    )
     if circuit is not None:
         from headtrace.schema import check_heads_exist, parse_circuit
 
@@ -718,15 +807,17 @@ def check_probe_fits(config: ScreenConfig, max_positions: int | None, vocab_size
         )
 
 
-def load_tokenizer(model: str, revision: str | None = None, trust_remote_code: bool = False,
-                   cache_dir: str | None = None):
+def load_tokenizer(
+    model: str, revision: str | None = None, trust_remote_code: bool = False, cache_dir: str | None = None
+):
     """The tokenizer matching `load_model(model, revision)` (only needed for BOS and natural text)."""
     from transformers import AutoTokenizer
 
     location, kwargs = _locate(model)
     try:
-        return AutoTokenizer.from_pretrained(location, revision=revision, trust_remote_code=trust_remote_code,
-                                             cache_dir=cache_dir, **kwargs)
+        return AutoTokenizer.from_pretrained(
+            location, revision=revision, trust_remote_code=trust_remote_code, cache_dir=cache_dir, **kwargs
+        )
     except (OSError, ValueError) as exc:
         raise HeadtraceError(f"cannot load a tokenizer for '{model}': {str(exc).splitlines()[0]}") from None
 

@@ -38,13 +38,28 @@ from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_f
 
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
-from headtrace.hooks import (CapabilityAccumulator, accumulation_dtype, attention_function, forward_hooks,
-                             head_output_hooks, last_layer_at_query_only, micro_batches, needs_scores, plain_attention,
-                             scores_attention, with_window)
+from headtrace.hooks import (
+    CapabilityAccumulator,
+    accumulation_dtype,
+    attention_function,
+    forward_hooks,
+    head_output_hooks,
+    last_layer_at_query_only,
+    micro_batches,
+    needs_scores,
+    plain_attention,
+    scores_attention,
+    with_window,
+)
 from headtrace.models import ModelAdapter, attention_weights, eager_attention
 from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
-from headtrace.schema import (SCHEMA_VERSION, SELECTIVITY_FLOOR, ScreenConfig, add_labels,  # noqa: F401 (re-exported)
-                              head_id)
+from headtrace.schema import (
+    SCHEMA_VERSION,
+    SELECTIVITY_FLOOR,
+    ScreenConfig,
+    add_labels,  # noqa: F401 (re-exported)
+    head_id,
+)
 from headtrace.spectral import GramAccumulator
 from headtrace.store import utc_now
 
@@ -178,7 +193,9 @@ class _ProbeAttention:
                 return
             weights = attention_weights(output, self.batch.input_ids.shape[1])
             if weights is None:
-                raise HeadtraceError(f"layer {layer}'s attention module returned no attention weights during the screen")
+                raise HeadtraceError(
+                    f"layer {layer}'s attention module returned no attention weights during the screen"
+                )
             measure_probabilities(weights.float(), None, self.taps[layer], self.batch)
 
         return hook
@@ -218,8 +235,9 @@ def flash_cpu_with_logsumexp() -> Callable | None:
             result = op(x, x, x, 0.0, True, scale=0.5)
     except (RuntimeError, TypeError):
         return None
-    if not (isinstance(result, tuple) and len(result) == 2 and result[0].shape == x.shape
-            and result[1].shape == x.shape[:3]):
+    if not (
+        isinstance(result, tuple) and len(result) == 2 and result[0].shape == x.shape and result[1].shape == x.shape[:3]
+    ):
         return None
     causal = torch.ones(3, 3, dtype=torch.bool).tril()
     expected = (x @ x.transpose(-1, -2) * 0.5).masked_fill(~causal, float("-inf")).logsumexp(dim=-1)
@@ -234,21 +252,30 @@ def _logsumexp_op(route: str) -> Callable | None:
         return None
     op = flash_cpu_with_logsumexp()
     if op is None and route == "logsumexp":
-        raise HeadtraceError(f"torch {torch.__version__}'s CPU flash-attention kernel does not return log-sum-exps "
-                             "here; screen with route='auto' or 'widened'")
+        raise HeadtraceError(
+            f"torch {torch.__version__}'s CPU flash-attention kernel does not return log-sum-exps "
+            "here; screen with route='auto' or 'widened'"
+        )
     return op
 
 
 def _plain_causal_cpu(module, query, key, attention_mask, kwargs) -> bool:
     """A causal prefill without mask, bias, dropout or softcap, on the CPU: the flash kernel's case."""
-    return (query.device.type == "cpu" and attention_mask is None and query.shape[2] == key.shape[2] > 1
-            and query.dtype in (torch.float32, torch.bfloat16, torch.float16)
-            and (kwargs.get("is_causal") if kwargs.get("is_causal") is not None else getattr(module, "is_causal", True))
-            and not kwargs.get("dropout") and kwargs.get("position_bias") is None and kwargs.get("softcap") is None)
+    return (
+        query.device.type == "cpu"
+        and attention_mask is None
+        and query.shape[2] == key.shape[2] > 1
+        and query.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        and (kwargs.get("is_causal") if kwargs.get("is_causal") is not None else getattr(module, "is_causal", True))
+        and not kwargs.get("dropout")
+        and kwargs.get("position_bias") is None
+        and kwargs.get("softcap") is None
+    )
 
 
-def _attention_with_logsumexp(flash: Callable, module, query, key, value, scaling: float, tap: _LayerTap,
-                              batch: _Batch):
+def _attention_with_logsumexp(
+    flash: Callable, module, query, key, value, scaling: float, tap: _LayerTap, batch: _Batch
+):
     """The fused CPU kernel returns each row's log-sum-exp next to the output: with it, the query
     row's attention (for the classes) and every row's attention to key 0 (for the sink score) cost
     one dot product per key or row, and the head outputs are exactly SDPA's. The scores wait in
@@ -272,6 +299,7 @@ def _reduce_pending(batch: _Batch) -> None:
         return
     taps, row_scores, first_scores, lses, scales = zip(*batch.pending)
     batch.pending = []
+
     def scaled(scores):  # [layers, b, heads, L]
         if len(set(scales)) == 1:
             return torch.stack(scores) * scales[0]
@@ -354,22 +382,45 @@ def screen(
     t0 = time.perf_counter()
 
     if adapter.attention_route == "transformer-lens":
-        routes = _stream_transformer_lens(adapter, device_probe, config.batch_size, taps, grams, capability,
-                                          acc_dtype, progress, pr_limit)
+        routes = _stream_transformer_lens(
+            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit
+        )
     else:
-        routes = _screen_pass(adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress,
-                              pr_limit, flash)
+        routes = _screen_pass(
+            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit, flash
+        )
 
     check_finite_activations(taps, grams, capability, f"{model_name}@{revision}" if revision else model_name)
     wall = time.perf_counter() - t0
     heads = _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens)
-    run = _run_record(adapter, probe, config, heads, capability.result(), model_name, revision, tokens, wall, started,
-                      "+".join(sorted(routes)))
+    run = _run_record(
+        adapter,
+        probe,
+        config,
+        heads,
+        capability.result(),
+        model_name,
+        revision,
+        tokens,
+        wall,
+        started,
+        "+".join(sorted(routes)),
+    )
     return ScreenResult(heads=heads, run=run)
 
 
-def _screen_pass(adapter: ModelAdapter, probe: _DeviceProbe, batch_size: int, taps, grams, capability, acc_dtype,
-                 progress, pr_limit: int, flash: Callable | None) -> set[str]:
+def _screen_pass(
+    adapter: ModelAdapter,
+    probe: _DeviceProbe,
+    batch_size: int,
+    taps,
+    grams,
+    capability,
+    acc_dtype,
+    progress,
+    pr_limit: int,
+    flash: Callable | None,
+) -> set[str]:
     """A Hugging Face model's pass: its attention read on its route (models.ATTENTION_ROUTES), the
     head outputs at each output projection's input; returns the routes that ran."""
     active = _ProbeAttention(adapter, taps, flash)
@@ -401,8 +452,15 @@ def _both(first, second):
         yield
 
 
-def _stream(adapter, probe: _DeviceProbe, batch_size: int, active: _ProbeAttention, capability: CapabilityAccumulator,
-            acc_dtype: torch.dtype, progress: Callable[[int, int], None] | None) -> None:
+def _stream(
+    adapter,
+    probe: _DeviceProbe,
+    batch_size: int,
+    active: _ProbeAttention,
+    capability: CapabilityAccumulator,
+    acc_dtype: torch.dtype,
+    progress: Callable[[int, int], None] | None,
+) -> None:
     """The loop over micro-batches: device work only, no host syncs (tests/test_screen_sync.py)."""
     for rows in micro_batches(probe.n, batch_size):
         active.batch = _Batch(probe, rows, acc_dtype)
@@ -413,8 +471,9 @@ def _stream(adapter, probe: _DeviceProbe, batch_size: int, active: _ProbeAttenti
             progress(rows.stop - rows.start, probe.n)
 
 
-def _stream_transformer_lens(adapter, probe: _DeviceProbe, batch_size: int, taps, grams, capability, acc_dtype,
-                             progress, pr_limit: int) -> set[str]:
+def _stream_transformer_lens(
+    adapter, probe: _DeviceProbe, batch_size: int, taps, grams, capability, acc_dtype, progress, pr_limit: int
+) -> set[str]:
     """A TransformerLens model's pass: each layer's `hook_pattern` (attention probabilities) and
     `hook_z` (per-head outputs) are reduced inside the hook, layer by layer; no cache is kept."""
     current: list[_Batch] = []
@@ -424,6 +483,7 @@ def _stream_transformer_lens(adapter, probe: _DeviceProbe, batch_size: int, taps
         def hook(pattern, hook=None):
             fired.add(("hook_pattern", layer))
             measure_probabilities(pattern.float(), None, taps[layer], current[-1])
+
         return hook
 
     def z_hook(layer: int):
@@ -433,6 +493,7 @@ def _stream_transformer_lens(adapter, probe: _DeviceProbe, batch_size: int, taps
             take = min(batch.rows.stop, pr_limit) - batch.rows.start
             if take > 0:
                 grams[layer].add(z[batch.index[:take], batch.query[:take]])
+
         return hook
 
     n_layers = adapter.layout.n_layers
@@ -444,24 +505,37 @@ def _stream_transformer_lens(adapter, probe: _DeviceProbe, batch_size: int, taps
             batch = current[-1]
             logits = adapter.model.run_with_hooks(batch.input_ids, fwd_hooks=fwd_hooks)
             if rows.start == 0:
-                missing = [f"blocks.{l}.attn.{name}" for name in ("hook_pattern", "hook_z") for l in range(n_layers)
-                           if (name, l) not in fired]
+                missing = [
+                    f"blocks.{l}.attn.{name}"
+                    for name in ("hook_pattern", "hook_z")
+                    for l in range(n_layers)
+                    if (name, l) not in fired
+                ]
                 if missing:
-                    raise HeadtraceError(f"TransformerLens did not call {missing[0]} (and {len(missing) - 1} more "
-                                         "hooks): the screen reads attention there; run the model with eager attention")
+                    raise HeadtraceError(
+                        f"TransformerLens did not call {missing[0]} (and {len(missing) - 1} more "
+                        "hooks): the screen reads attention there; run the model with eager attention"
+                    )
             capability.add(logits[batch.index, batch.query].float(), batch.answer)
             if progress is not None:
                 progress(rows.stop - rows.start, probe.n)
     return {"transformer-lens"}
 
 
-def check_finite_activations(taps: list[_LayerTap], grams: list[GramAccumulator],
-                             capability: CapabilityAccumulator, name: str) -> None:
+def check_finite_activations(
+    taps: list[_LayerTap], grams: list[GramAccumulator], capability: CapabilityAccumulator, name: str
+) -> None:
     """NaN or inf reached the accumulators: fail the checkpoint with the first layer it came from.
 
     Checked once after the pass, so the loop never waits on the device."""
-    finite = [bool(torch.isfinite(t.channel_sums).all() and torch.isfinite(t.first_token_sums).all()
-                   and torch.isfinite(g.gram).all()) for t, g in zip(taps, grams)]
+    finite = [
+        bool(
+            torch.isfinite(t.channel_sums).all()
+            and torch.isfinite(t.first_token_sums).all()
+            and torch.isfinite(g.gram).all()
+        )
+        for t, g in zip(taps, grams)
+    ]
     if all(finite) and bool(torch.isfinite(capability.sums).all()):
         return
     where = f"from layer {finite.index(False)} on" if not all(finite) else "in the logits"
@@ -514,12 +588,16 @@ def _head_table(adapter, probe, config, taps, grams, model_name, revision, token
 def _versions() -> dict[str, str]:
     import transformers
 
-    return {"headtrace_version": __version__, "torch_version": torch.__version__,
-            "transformers_version": transformers.__version__}
+    return {
+        "headtrace_version": __version__,
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+    }
 
 
-def _run_record(adapter, probe, config, heads, capability, model_name, revision, tokens, wall, started,
-                routes: str) -> pd.DataFrame:
+def _run_record(
+    adapter, probe, config, heads, capability, model_name, revision, tokens, wall, started, routes: str
+) -> pd.DataFrame:
     layout = adapter.layout
     record = {
         "model": model_name,
@@ -585,11 +663,24 @@ def screen_checkpoint(
 
     config.validate()
     location, hub_revision, found_tokens = checkpoint_location(model, revision)
-    adapter = load_model(location, revision=hub_revision, dtype=config.dtype, device=config.device,
-                         trust_remote_code=trust_remote_code, cache_dir=cache_dir)
+    adapter = load_model(
+        location,
+        revision=hub_revision,
+        dtype=config.dtype,
+        device=config.device,
+        trust_remote_code=trust_remote_code,
+        cache_dir=cache_dir,
+    )
     probe = build_probe(config.probe, lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
-    result = screen(adapter, probe, config, model_name=name or model, revision=revision,
-                    tokens=found_tokens if tokens is None else tokens, progress=progress)
+    result = screen(
+        adapter,
+        probe,
+        config,
+        model_name=name or model,
+        revision=revision,
+        tokens=found_tokens if tokens is None else tokens,
+        progress=progress,
+    )
     if out is not None:
         ResultsDir(out).write_shard(result.heads, result.run)
     return result

@@ -89,8 +89,9 @@ def schedule(revisions: Revisions, total_steps: int | None = None) -> Schedule:
     for part in (p.strip() for p in revisions.split(",")):
         match = _PART.match(part)
         if not match:
-            raise HeadtraceError(f"unknown revisions '{part}'; use 'log:N', 'every:K', a list of steps, or several "
-                                 "joined by commas")
+            raise HeadtraceError(
+                f"unknown revisions '{part}'; use 'log:N', 'every:K', a list of steps, or several joined by commas"
+            )
         kind, n = match[1], int(match[2])
         if n < 1:
             raise HeadtraceError(f"'{part}' selects nothing; use {kind}:N with N >= 1")
@@ -171,8 +172,10 @@ def unwrapped(model: "torch.nn.Module") -> "torch.nn.Module":
 
 
 def _sharded_error(kind: str) -> HeadtraceError:
-    return HeadtraceError(f"{kind} shards the parameters across ranks and the watcher screens a whole model: not "
-                          "supported; train with DDP (or one process), or screen saved checkpoints with `headtrace run`")
+    return HeadtraceError(
+        f"{kind} shards the parameters across ranks and the watcher screens a whole model: not "
+        "supported; train with DDP (or one process), or screen saved checkpoints with `headtrace run`"
+    )
 
 
 class _BosOnly:
@@ -199,10 +202,19 @@ class Watcher:
     config); rank: this process's rank (default: torch.distributed's, else 0), only rank 0 screens.
     """
 
-    def __init__(self, out: str | Path, model_id: str, config: ScreenConfig = ScreenConfig(),
-                 revisions: Revisions = "log:24", total_steps: int | None = None, *,
-                 save_at_milestones: bool = False, checkpoint_dir: str | Path | None = None,
-                 tokenizer=None, rank: int | None = None):
+    def __init__(
+        self,
+        out: str | Path,
+        model_id: str,
+        config: ScreenConfig = ScreenConfig(),
+        revisions: Revisions = "log:24",
+        total_steps: int | None = None,
+        *,
+        save_at_milestones: bool = False,
+        checkpoint_dir: str | Path | None = None,
+        tokenizer=None,
+        rank: int | None = None,
+    ):
         config.validate()
         if not model_id or not str(model_id).strip():
             raise HeadtraceError("model_id names the model in the tables: give a non-empty one")
@@ -265,8 +277,10 @@ class Watcher:
             if bos is None:
                 bos = getattr(adapter.config, "bos_token_id", None)
             if config.probe.prepend_bos and bos is None:
-                raise HeadtraceError("prepend_bos needs a BOS id: the model's config has none; pass tokenizer= to "
-                                     "the watcher, or prepend_bos=False")
+                raise HeadtraceError(
+                    "prepend_bos needs a BOS id: the model's config has none; pass tokenizer= to "
+                    "the watcher, or prepend_bos=False"
+                )
             self._probe = build_probe(config.probe, lambda: self.tokenizer or _BosOnly(bos))
             self._resolved = config
         return config
@@ -310,8 +324,10 @@ class Watcher:
         hashes = set(runs.loc[runs.model == self.model_id, "config_hash"]) if "model" in runs else set()
         others = sorted(str(h) for h in hashes - {config.config_hash} if isinstance(h, str))
         if others:
-            raise HeadtraceError(f"'{self.out}' holds {self.model_id} screened with another config ({', '.join(others)}); "
-                                 "pick another results folder or model_id, or screen with that config")
+            raise HeadtraceError(
+                f"'{self.out}' holds {self.model_id} screened with another config ({', '.join(others)}); "
+                "pick another results folder or model_id, or screen with that config"
+            )
 
     def _new_milestones(self, heads: pd.DataFrame, run: pd.DataFrame) -> list[str]:
         """The milestones of trajectory.py reached at this revision and at none before it."""
@@ -319,7 +335,9 @@ class Watcher:
 
         trajectory = TrajectoryConfig(thresholds=(self._resolved or self.config).thresholds)
         table = milestones(revision_table(heads, run, trajectory), trajectory)
-        reached = [m for m, r in zip(table.milestone, table.revision) if isinstance(r, str) and m not in self.milestones]
+        reached = [
+            m for m, r in zip(table.milestone, table.revision) if isinstance(r, str) and m not in self.milestones
+        ]
         revision = str(run.revision.iloc[0])
         self.milestones.update({m: revision for m in reached})
         return reached
@@ -358,9 +376,11 @@ def _rank() -> int:
 def _metrics(result: "ScreenResult") -> dict[str, float]:
     """The scalars logged per screen."""
     run = result.run.iloc[0]
-    return {"headtrace/sink_fraction": float(run.sink_fraction),
-            "headtrace/best_induction": float(result.heads.sel_induction.max()),
-            "headtrace/top1": float(run.top1)}
+    return {
+        "headtrace/sink_fraction": float(run.sink_fraction),
+        "headtrace/best_induction": float(result.heads.sel_induction.max()),
+        "headtrace/top1": float(run.top1),
+    }
 
 
 def _calling_trainer():
@@ -407,10 +427,17 @@ def _build_callback():
         diverged model) warns and training goes on.
         """
 
-        def __init__(self, out: str | Path = "results", revisions: Revisions = "log:24",
-                     config: ScreenConfig = ScreenConfig(), model_id: str | None = None,
-                     save_at_milestones: bool = False, checkpoint_dir: str | Path | None = None,
-                     tokens_per_step: float | None = None, log_metrics: bool = True):
+        def __init__(
+            self,
+            out: str | Path = "results",
+            revisions: Revisions = "log:24",
+            config: ScreenConfig = ScreenConfig(),
+            model_id: str | None = None,
+            save_at_milestones: bool = False,
+            checkpoint_dir: str | Path | None = None,
+            tokens_per_step: float | None = None,
+            log_metrics: bool = True,
+        ):
             config.validate()
             schedule(revisions, 10**9)  # the syntax, before training (max_steps comes with it)
             if tokens_per_step is not None and tokens_per_step <= 0:
@@ -429,10 +456,17 @@ def _build_callback():
             if sharded:
                 raise _sharded_error(sharded)
             tokenizer = processing_class if hasattr(processing_class, "bos_token_id") else None
-            self.watcher = Watcher(self.out, self.model_id or Path(args.output_dir or "model").name, self.config,
-                                   self.revisions, total_steps=state.max_steps if state.max_steps > 0 else None,
-                                   save_at_milestones=self.save_at_milestones, checkpoint_dir=self.checkpoint_dir,
-                                   tokenizer=tokenizer, rank=0 if state.is_world_process_zero else 1)
+            self.watcher = Watcher(
+                self.out,
+                self.model_id or Path(args.output_dir or "model").name,
+                self.config,
+                self.revisions,
+                total_steps=state.max_steps if state.max_steps > 0 else None,
+                save_at_milestones=self.save_at_milestones,
+                checkpoint_dir=self.checkpoint_dir,
+                tokenizer=tokenizer,
+                rank=0 if state.is_world_process_zero else 1,
+            )
             self.watcher.prepare(model)
             if self.watcher.due(state.global_step) and state.global_step == 0:
                 self._screen(args, state, model)
@@ -442,7 +476,10 @@ def _build_callback():
                 self._screen(args, state, model)
 
         def _tokens(self, args, state) -> float | None:
-            if getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False) and state.num_input_tokens_seen:
+            if (
+                getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False)
+                and state.num_input_tokens_seen
+            ):
                 return float(state.num_input_tokens_seen)
             return None if self.tokens_per_step is None else float(self.tokens_per_step * state.global_step)
 
@@ -450,8 +487,9 @@ def _build_callback():
             try:
                 result = self.watcher.screen(model, state.global_step, self._tokens(args, state))
             except HeadtraceError as exc:
-                warnings.warn(f"headtrace: the screen at step {state.global_step} failed, training goes on: {exc}",
-                              stacklevel=2)
+                warnings.warn(
+                    f"headtrace: the screen at step {state.global_step} failed, training goes on: {exc}", stacklevel=2
+                )
                 return
             if result is None or not self.log_metrics:
                 return
