@@ -10,8 +10,9 @@ import pytest
 
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS
+from headtrace.findings import write_findings
 from headtrace.store import read_results, ResultsDir
-from headtrace.trajectory import TrajectoryConfig, findings, revision_table, write_findings
+from headtrace.trajectory import TrajectoryConfig, findings, revision_table
 
 STEP_TOKENS = 1e9
 

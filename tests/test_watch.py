@@ -24,7 +24,7 @@ import torch
 from headtrace.errors import HeadtraceError
 from headtrace.organism import CorpusConfig, Organism, TrainConfig, checkpoint_steps, recipe, train
 from headtrace.organism.demo import demo_screen, panel_toml
-from headtrace.organism.train import build_tokenizer
+from headtrace.organism.trainer import build_tokenizer
 from headtrace.panel import load_panel, run_panel
 from headtrace.schema import ScreenConfig
 from headtrace.screen import screen_checkpoint

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from headtrace.errors import HeadtraceError
-from headtrace.schema import ScreenConfig, head_id  # noqa: F401 (re-exported)
+from headtrace.schema import DTYPE_ALIASES, DTYPES, ScreenConfig, head_id  # noqa: F401 (re-exported)
 from headtrace.sources import check_safetensors, is_local
 
 
@@ -193,8 +193,7 @@ def _first_attr(obj, *names, default=...):
     raise HeadtraceError(f"model config has none of {names}")
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # lm-evaluation-harness's names
+TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
 
 
 def auto_device() -> str:
@@ -220,9 +219,9 @@ def resolve_device(device: str) -> torch.device:
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """Check the dtype name (or its short alias) and that this device can run matrix products in it."""
     dtype = DTYPE_ALIASES.get(dtype, dtype)
-    if dtype not in DTYPES:
+    if dtype not in TORCH_DTYPES:
         raise HeadtraceError(f"unknown dtype '{dtype}'; use auto, {', '.join(DTYPES)} (or {', '.join(DTYPE_ALIASES)})")
-    torch_dtype = DTYPES[dtype]
+    torch_dtype = TORCH_DTYPES[dtype]
     try:
         probe = torch.ones(2, 2, dtype=torch_dtype, device=device)
         torch.nn.functional.scaled_dot_product_attention(probe[None, None], probe[None, None], probe[None, None])

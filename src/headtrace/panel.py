@@ -54,15 +54,15 @@ from headtrace import __version__
 from headtrace.errors import DiskFull, HeadtraceError
 from headtrace.executors import (EXECUTORS, ExecutionOptions, QuietReporter, RayOptions, Reporter, Task, TaskResult,
                                  TaskSettings)
-from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members, train_pending
-from headtrace.schema import FLAT_TYPES, SCHEMA_VERSION, ScreenConfig
+from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members
+from headtrace.organism.config import ORGANISM_FILE, Organism
+from headtrace.schema import DTYPES, FLAT_TYPES, SCHEMA_VERSION, ScreenConfig
 from headtrace.sources import SOURCES, CheckpointSource, RetryPolicy
 from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
 from headtrace.store import RUNS, ResultsDir, identical_weights, utc_now, write_json_atomic
 from headtrace.trajectory import check_expectations
 
 MANIFEST_SCHEMA = 1
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 # --------------------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ class ModelSpec:
     dtype: str | None = None  # the compute dtype of this model's screens (default: the [screen] dtype)
     family: str | None = None  # a seed family's name (families.py); None for a single model
     seed: int | None = None  # the member's training seed
-    organism: object | None = None  # organism.train.Organism to train when its folder lacks it (train = true)
+    organism: Organism | None = None  # what to train when its folder lacks it (train = true)
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
     def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
@@ -350,6 +350,55 @@ def plan(panel: Panel, missing: list[Gap] | None = None, models: Sequence[ModelS
 
 
 # --------------------------------------------------------------------------------------------
+# Training the organisms a panel asks for.
+
+Trainer = Callable[[Organism, Path, str], object]  # (organism, folder, model id): train it there
+
+
+def untrained(models: Sequence[ModelSpec], where: str = "panel") -> list[ModelSpec]:
+    """Members with `train = true` whose folder does not hold their organism, complete. A folder that
+    holds something else is refused now, before any training."""
+    pending = []
+    for model in models:
+        if model.organism is None:
+            continue
+        folder = Path(model.path)
+        if not folder.is_dir() or not any(folder.iterdir()):
+            pending.append(model)
+            continue
+        try:
+            meta = json.loads((folder / ORGANISM_FILE).read_text())
+        except (OSError, ValueError):
+            meta = None
+        if not isinstance(meta, dict) or meta.get("organism") != model.organism.to_dict():
+            raise HeadtraceError(f"{where}:{model.line}: '{folder}' is not empty and holds no organism with "
+                                 f"{model.id}'s settings; delete it or change path")
+        if not meta.get("complete"):
+            pending.append(model)
+    return pending
+
+
+def train_pending(panel: Panel, train_one: Trainer | None = None) -> list[str]:
+    """Train the organisms of `train = true` entries that are not trained yet; returns their model ids.
+
+    Every other model's revisions are checked first (`plan`), so a typo elsewhere costs no
+    training. `train_one` trains one (default: `organism.train`, silently)."""
+    pending = untrained(panel.models, panel.path or panel.name)
+    if not pending:
+        return []
+    waiting = {m.family or m.id for m in pending}
+    plan(panel, models=[m for m in panel.models if (m.family or m.id) not in waiting])
+    if train_one is None:
+        from headtrace.organism.trainer import train  # torch: planning a panel stays torch-free
+
+        def train_one(organism, folder, _model):
+            return train(folder, organism)
+    for model in pending:
+        train_one(model.organism, Path(model.path), model.id)
+    return [m.id for m in pending]
+
+
+# --------------------------------------------------------------------------------------------
 # The output directory: lock, resume decisions, manifest.
 
 
@@ -528,14 +577,15 @@ def run_panel(
     ray: RayOptions = RayOptions(),
     reporter: Reporter | None = None,
     on_start: Callable[[RunOutcome], None] | None = None,
+    train_one: Trainer | None = None,
 ) -> RunOutcome:
     """Screen every (model, revision) of a panel into `out`, skipping shards already done.
 
     All revision names are checked before any work starts; organisms of `train = true` entries are
-    trained first (families.train_pending). `on_start` sees the plan (what will be skipped and
-    recomputed) before the first task runs."""
+    trained first (`train_pending`, by `train_one`). `on_start` sees the plan (what will be skipped
+    and recomputed) before the first task runs."""
     EXECUTORS.get(executor)
-    train_pending(panel)
+    train_pending(panel, train_one)
     missing: list[Gap] = []
     tasks = plan(panel, missing)
     out = Path(out)

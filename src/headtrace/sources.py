@@ -32,6 +32,7 @@ from typing import Callable, Iterable, Protocol
 from filelock import FileLock
 
 from headtrace.errors import DiskFull, HeadtraceError
+from headtrace.organism.config import REVISIONS_FILE
 from headtrace.registry import Registry
 from headtrace.revisions import Revision, catalog, select, tokens_per_step_for
 
@@ -468,9 +469,6 @@ def _blob_lock(blob: Path) -> FileLock:
 
 # --------------------------------------------------------------------------------------------
 # Local directories and the model organism.
-
-REVISIONS_FILE = "revisions.json"
-
 
 @dataclass(frozen=True)
 class LocalSource:

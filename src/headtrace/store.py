@@ -35,6 +35,7 @@ import pyarrow
 
 from headtrace.errors import HeadtraceError, ResultsNotWritable
 from headtrace.revisions import parse_revision
+from headtrace.schema import SCHEMA_VERSION
 
 HEADS = "heads"
 RUNS = "runs"
@@ -68,6 +69,14 @@ def training_order(frame: pd.DataFrame, then: tuple[str, ...] = ()) -> pd.DataFr
     ordered = frame.assign(_step=step).sort_values(["model", "tokens", "_step", "revision", *then],
                                                    na_position="last", kind="stable")
     return ordered.drop(columns="_step").reset_index(drop=True)
+
+
+def run_record(run: pd.DataFrame, source: str, checkpoint_hash: str | None = None, downloaded_bytes: int = 0,
+               fetch_s: float = 0.0, load_s: float = 0.0, **extra) -> pd.DataFrame:
+    """A screen's run record with where its checkpoint came from, as a shard stores it (panels and
+    the watcher alike)."""
+    return run.assign(source=source, checkpoint_hash=checkpoint_hash, downloaded_bytes=downloaded_bytes,
+                      fetch_s=fetch_s, load_s=load_s, schema_version=SCHEMA_VERSION, **extra, finished_at=utc_now())
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
@@ -348,6 +357,23 @@ def identical_weights(runs: pd.DataFrame) -> pd.Series:
     return pd.Series(
         [s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object
     )
+
+
+def new_shards(out: str | Path, interval: float, timeout: float | None = None) -> Iterator[list[str]]:
+    """The shards finished since the last look, in the order they were written (a training run's
+    revisions in training order): now, then every `interval` seconds until `timeout` (never without
+    one). What `headtrace results --follow` prints; the folder need not exist yet."""
+    results, seen, started = ResultsDir(out), set(), time.monotonic()
+    while True:
+        runs = results.root / RUNS
+        fresh = sorted((n for n in results.completed_shards() if n not in seen),
+                       key=lambda n: ((runs / n).stat().st_mtime_ns, n))
+        seen.update(fresh)
+        yield fresh
+        left = None if timeout is None else timeout - (time.monotonic() - started)
+        if left is not None and left <= 0:
+            return
+        time.sleep(interval if left is None else min(interval, left))
 
 
 def read_results(out: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:

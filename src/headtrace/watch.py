@@ -38,9 +38,10 @@ import numpy as np
 import pandas as pd
 
 from headtrace.errors import HeadtraceError
+from headtrace.organism.config import REVISIONS_FILE, checkpoint_steps, revision_name
 from headtrace.probes import PROBES
-from headtrace.schema import ScreenConfig
-from headtrace.store import ResultsDir, atomic_folder, check_writable, slug, write_json_atomic
+from headtrace.schema import DTYPE_ALIASES, DTYPES, ScreenConfig
+from headtrace.store import ResultsDir, atomic_folder, check_writable, run_record, slug, write_json_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
 Revisions = str | Sequence[int] | None
 _PART = re.compile(r"^(log|every):(\d+)$")
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/<model>/: the checkpoints saved at milestones
-REVISIONS_FILE = "revisions.json"  # as sources.REVISIONS_FILE: such a folder is a LocalSource
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,20 +98,11 @@ def schedule(revisions: Revisions, total_steps: int | None = None) -> Schedule:
         elif total_steps is None:
             raise HeadtraceError(f"'{part}' spaces screens over the run: give total_steps (the Trainer's max_steps)")
         else:
-            from headtrace.organism.train import checkpoint_steps
-
             steps.update(checkpoint_steps(total_steps, n))
     if every is not None and total_steps is not None:
         steps.update(range(every, total_steps + 1, every))
         every = None
     return Schedule(frozenset(steps), every)
-
-
-def revision_name(step: int, total_steps: int | None = None) -> str:
-    """`step000128`: the organism trainer's name for the same step; wider where the run needs it,
-    so names sort in training order."""
-    width = max(6, len(str(total_steps or 0)))
-    return f"step{step:0{width}d}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -279,7 +270,6 @@ class Watcher:
 
         from headtrace.models import ModelAdapter
         from headtrace.screen import ScreenResult, screen
-        from headtrace.stages import run_record
 
         started = time.perf_counter()
         model = unwrapped(model)
@@ -345,14 +335,14 @@ def _where_model_is(config: ScreenConfig, adapter) -> ScreenConfig:
 
     import torch
 
-    from headtrace.models import DTYPE_ALIASES, DTYPES
+    from headtrace.models import TORCH_DTYPES
 
     device = adapter.device
     stated = config.device if config.device != "auto" else device.type
     wanted = torch.device(stated)
     if wanted.type != device.type or wanted.index not in (None, device.index):
         stated = str(device) if wanted.type == device.type else device.type
-    dtype = next((name for name, value in DTYPES.items() if value == adapter.dtype), None)
+    dtype = next((name for name, value in TORCH_DTYPES.items() if value == adapter.dtype), None)
     if dtype is None:
         raise HeadtraceError(f"the model is in {adapter.dtype}; the screen runs in {', '.join(DTYPES)}")
     if DTYPE_ALIASES.get(config.dtype, config.dtype) == dtype and config.device == stated:

@@ -2,13 +2,8 @@
 Hugging Face checkpoints at log-spaced steps, every K steps, and wherever the smoothed training
 loss falls (so that they gather in the induction transition).
 
-Output layout (what `LocalSource(organism=True)` and `headtrace run` read):
-
-    OUT/step000001/ ... OUT/step000600/   config.json, model.safetensors, tokenizer files
-    OUT/revisions.json                    [{"revision": "step000128", "step": 128, "tokens": ...}]
-    OUT/organism.json                     recipe, corpus, training settings, seed
-
-Each checkpoint is written to a hidden temporary folder and renamed into place, and
+Output layout: config.py (what `LocalSource(organism=True)` and `headtrace run` read). Each
+checkpoint is written to a hidden temporary folder and renamed into place, and
 `revisions.json` is rewritten atomically after each one, so an interrupted run (Ctrl-C) leaves
 exactly the finished checkpoints, all listed and loadable. Same settings and seed give
 bit-identical checkpoints: the init is seeded and batch k is a pure function of (seed, k).
@@ -20,7 +15,6 @@ organism.json lists the screened revisions under "screened".
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import shutil
@@ -29,76 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
 import torch
 
 from headtrace.errors import HeadtraceError
-from headtrace.organism.corpus import SPECIAL_TOKENS, CorpusConfig, batch
-from headtrace.organism.recipes import Recipe, build_model
-from headtrace.sources import REVISIONS_FILE
+from headtrace.organism.config import ORGANISM_FILE, REVISIONS_FILE, Organism, TrainConfig, revision_name
+from headtrace.organism.corpus import SPECIAL_TOKENS, batch
+from headtrace.organism.recipes import build_model
 from headtrace.store import atomic_folder, write_json_atomic
 
 if TYPE_CHECKING:
     from headtrace.watch import Watcher
 
-ORGANISM_FILE = "organism.json"
 # (step just finished, total steps, training loss): the progress bar; may raise to stop training.
 StepCallback = Callable[[int, int, float], None]
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """How the organism is trained."""
-
-    steps: int = 2000
-    batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 50
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    n_checkpoints: int = 12  # log-spaced over the run
-    checkpoint_every: int | None = 250  # also save every K steps (the plateau after the transition)
-    # Also save whenever the smoothed training loss fell this much since the last save: checkpoints
-    # gather where the model changes (the induction transition), wherever a seed puts it.
-    checkpoint_loss_drop: float | None = 0.1
-    seed: int = 0
-
-    def validate(self) -> None:
-        if self.steps < 1:
-            raise HeadtraceError(f"steps must be >= 1 (got {self.steps})")
-        if self.batch_size < 1 or self.n_checkpoints < 1 or self.lr <= 0:
-            raise HeadtraceError("batch_size, n_checkpoints and lr must be positive")
-        if self.checkpoint_every is not None and self.checkpoint_every < 1:
-            raise HeadtraceError(f"checkpoint_every must be >= 1 (got {self.checkpoint_every})")
-        if self.checkpoint_loss_drop is not None and self.checkpoint_loss_drop <= 0:
-            raise HeadtraceError(f"checkpoint_loss_drop must be > 0 (got {self.checkpoint_loss_drop})")
-
-    def checkpoint_steps(self) -> list[int]:
-        """The steps saved on schedule: `n_checkpoints` log-spaced ones, plus every `checkpoint_every`
-        steps (saves on a loss drop come on top, see `LossDropSaves`)."""
-        every = range(self.checkpoint_every, self.steps + 1, self.checkpoint_every) if self.checkpoint_every else ()
-        return sorted({*checkpoint_steps(self.steps, self.n_checkpoints), *every})
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class Organism:
-    """Everything that determines a trained organism (written to organism.json)."""
-
-    recipe: Recipe = Recipe()
-    corpus: CorpusConfig = CorpusConfig()
-    train: TrainConfig = TrainConfig()
-
-    def to_dict(self) -> dict:
-        return {"recipe": self.recipe.to_dict(), "corpus": self.corpus.to_dict(), "train": self.train.to_dict(),
-                "seed": self.train.seed}
-
-    def validate(self) -> None:
-        self.recipe.validate()
-        self.corpus.validate()
-        self.train.validate()
 
 
 @dataclass
@@ -109,18 +46,6 @@ class TrainResult:
     losses: list[float] = field(default_factory=list)  # per step
     wall_s: float = 0.0
     reused: bool = False  # the directory already held this organism, complete: nothing was trained
-
-
-def checkpoint_steps(steps: int, n: int) -> list[int]:
-    """About n log-spaced steps in [1, steps], always including 1 and the last."""
-    if n <= 1:
-        return [steps]
-    spaced = np.unique(np.round(np.geomspace(1, steps, n)).astype(int))
-    return sorted({1, steps, *spaced.tolist()})
-
-
-def revision_name(step: int) -> str:
-    return f"step{step:06d}"
 
 
 def build_tokenizer(vocab_size: int):
@@ -194,9 +119,8 @@ def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None) -> b
     return False
 
 
-def _save(model, tokenizer, out: Path, step: int, tokens: int, listed: list[dict], meta: dict) -> None:
+def _save(model, tokenizer, out: Path, name: str, step: int, tokens: int, listed: list[dict], meta: dict) -> None:
     """One checkpoint, atomically: write a hidden folder, rename it, then update the listings."""
-    name = revision_name(step)
 
     def write(folder: Path) -> None:
         model.save_pretrained(folder, safe_serialization=True)
@@ -262,7 +186,7 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
         if checkpoint and (save == "all" or step == config.steps):
             meta["complete"] = step == config.steps
             model.eval()
-            _save(model, tokenizer, out, step, tokens, result.checkpoints, meta)
+            _save(model, tokenizer, out, revision_name(step, config.steps), step, tokens, result.checkpoints, meta)
             model.train()
         if on_step is not None:
             on_step(step, config.steps, result.losses[-1])
