@@ -50,6 +50,7 @@ class TrainResult:
 
 def build_tokenizer(vocab_size: int):
     """A word-level tokenizer over the organism's ids: "<bos>", "<eos>", "<unk>", then "t3", "t4", ..."""
+    # transformers: loaded when a tokenizer is built, not with the trainer
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -93,8 +94,8 @@ def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None) -> b
     """Make `out` ready; True when it already holds this very organism, complete (nothing to do).
 
     A directory with the same organism.json but unfinished is trained again from scratch (the
-    result is the same, bit for bit), and so is a finished one whose screens `watch` no longer
-    finds in its results folder; any other non-empty directory is refused."""
+    result is the same, bit for bit), and so is a finished one whose screens (from its own watched
+    run) `watch` no longer finds in its results folder; any other non-empty directory is refused."""
     wanted = organism.to_dict()
     meta = out / ORGANISM_FILE
     if out.is_dir() and any(out.iterdir()):
@@ -108,7 +109,7 @@ def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None) -> b
                 "or delete it"
             )
         screened = [e["revision"] for e in existing.get("screened") or []]
-        if existing.get("complete") and (watch is None or watch.has_screened(screened)):
+        if existing.get("complete") and (watch is None or watch.has_screened(screened, existing.get("run_id"))):
             return True
         for child in out.iterdir():
             if child.is_dir():
@@ -137,19 +138,31 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
     """Train `organism` into `out`; `on_step` is called after every optimiser step.
 
     With `watch`, the checkpoint steps (and any the watcher schedules) are screened into the
-    watcher's results folder as training goes. `save`: "all" checkpoints, or the "final" one
+    watcher's results folder as training goes; training from scratch, the watcher replaces an
+    earlier run's screens of its model (`Watcher.start(overwrite=True)`), and it is closed at the
+    end, so that a panel can run on its folder. `save`: "all" checkpoints, or the "final" one
     (default: "final" with a watcher, else "all")."""
+    try:
+        return _train(Path(out), organism, on_step, watch, save)
+    finally:
+        if watch is not None:
+            watch.close()
+
+
+def _train(out: Path, organism: Organism, on_step: StepCallback | None, watch: "Watcher | None",
+           save: str | None) -> TrainResult:
     organism.validate()
     save = save or ("final" if watch is not None else "all")
     if save not in ("all", "final"):
         raise HeadtraceError(f"save must be 'all' or 'final' (got {save!r})")
-    out = Path(out)
     result = TrainResult(out=out)
     if _prepare(out, organism, watch):
         result.checkpoints = json.loads((out / REVISIONS_FILE).read_text())
         result.screened = json.loads((out / ORGANISM_FILE).read_text()).get("screened") or []
         result.reused = True
         return result
+    if watch is not None:
+        watch.start(overwrite=True)  # trained from scratch: an earlier run's screens of this model go
     config, corpus = organism.train, organism.corpus
     torch.manual_seed(config.seed)
     model = build_model(organism.recipe, corpus.vocab_size, context=2 * corpus.seq_len)
@@ -166,6 +179,7 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
     if watch is not None:
         watch.prepare(model)  # a setting that does not fit fails now, not after minutes of training
         meta["screened"] = result.screened = watch.screened
+        meta["run_id"] = watch.run_id
     started = time.perf_counter()
     for step in range(1, config.steps + 1):
         ids = torch.from_numpy(batch(corpus, step - 1, config.batch_size))
