@@ -619,6 +619,8 @@ class RunProgress:
 
     def train(self, organism, folder: Path, model: str):
         """Train an organism the panel asks for (`train = true`) with its own bar, this display paused."""
+        live = self.progress.live
+        kept, live.transient = live.transient, True  # stopped, it leaves nothing behind
         self.progress.update(self.planning, visible=False)
         self.progress.stop()
         try:
@@ -626,6 +628,7 @@ class RunProgress:
         finally:
             self.progress.start()
             self.progress.update(self.planning, visible=True)
+            live.transient = kept
 
     def start(self, plan) -> None:
         self.progress.remove_task(self.planning)
