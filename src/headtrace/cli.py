@@ -294,6 +294,7 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
     import torch
 
     from headtrace.organism import train
+    from headtrace.organism.config import REVISIONS_FILE
 
     _quiet_transformers()  # its "Writing model shards" bar at every checkpoint would bury ours
     previous_threads = torch.get_num_threads()
@@ -310,11 +311,11 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
             result = train(out, organism, on_step=on_step, watch=watch)
         except KeyboardInterrupt:
             bar.stop()
-            listed = out / "revisions.json"
+            listed = out / REVISIONS_FILE
             kept = len(json.loads(listed.read_text())) if listed.is_file() else 0
             screened = f"; {len(watch.screened)} screens in {escape(str(watch.out))}/" if watch is not None else ""
             console.print(f"interrupted: {kept} finished checkpoints in {escape(str(out))}/ are usable (listed in "
-                          f"revisions.json){screened}; train again with the same settings to start over",
+                          f"{REVISIONS_FILE}){screened}; train again with the same settings to start over",
                           highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
