@@ -130,7 +130,7 @@ def complete(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporte
 def _run_stages(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter) -> TaskResult:
     """Load the checkpoint and its probe once; run the task's stages in order. A failed screen ends
     the task; a later stage's failure is recorded and the next stage still runs."""
-    from headtrace.models import load_model, load_tokenizer  # torch: planning a panel imports this module
+    from headtrace.models import load_model, load_tokenizer  # torch, when a task runs (planning loads none)
 
     config = settings.config_for(task.source.name)
     try:

@@ -111,7 +111,7 @@ class ScreenStage(Stage):
         return results.stored_screen_hash(model, revision) == config.config_hash
 
     def run(self, checkpoint: CheckpointContext) -> StageResult:
-        from headtrace.screen import screen  # torch: planning a panel imports this module
+        from headtrace.screen import screen  # torch, when a task runs (planning loads none)
 
         result = screen(checkpoint.adapter, checkpoint.probe, checkpoint.config, model_name=checkpoint.model,
                         revision=checkpoint.revision.name, tokens=checkpoint.revision.tokens,
@@ -162,7 +162,7 @@ class AblationStage(Stage):
         return results.stored_ablation_hash(model, revision) == self.config.config_hash(config)
 
     def run(self, checkpoint: CheckpointContext) -> StageResult:
-        from headtrace.ablation import ablate_checkpoint  # torch: planning a panel imports this module
+        from headtrace.ablation import ablate_checkpoint  # torch, when a task runs (planning loads none)
 
         result = ablate_checkpoint(checkpoint.model, checkpoint.revision.name, checkpoint.config, self.config,
                                    out=checkpoint.results.root, tokens=checkpoint.revision.tokens,
