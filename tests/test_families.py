@@ -17,13 +17,16 @@ from panel_helpers import SCREEN, point_hub_env
 
 from headtrace.cli import main
 from headtrace.errors import HeadtraceError
-from headtrace.families import Gap, across_seeds, default_family, manifest_entry, tag, with_family_rows
-from headtrace.panel import load_panel, run_panel
+from headtrace.families import Gap, default_family, manifest_entry
+from headtrace.family_findings import across_seeds, with_family_rows
+from headtrace.findings import write_findings
+from headtrace.panel import load_panel, run_panel, train_pending
 from headtrace.probes import CLASS_KEYS
 from headtrace.report import build_report
 from headtrace.report.data import load
+from headtrace.schema import tag
 from headtrace.store import HEADS, RUNS, ResultsDir, read_results, slug
-from headtrace.trajectory import findings, write_findings
+from headtrace.trajectory import findings
 from test_report import FIGURE_STATE, browser, hover, open_page  # noqa: F401 (browser: the fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -411,8 +414,6 @@ def test_the_report_draws_each_family_with_its_band_in_chromium(planted, browser
 
 
 def test_a_family_of_organisms_is_trained_and_screened_end_to_end(tmp_path):
-    from headtrace.families import train_pending
-
     panel = load_panel(write(tmp_path, ORGANISM_FAMILY))
     run = run_panel(panel, tmp_path / "results")
     assert not run.failed and not run.missing and len(run.computed) == 3 * 4

@@ -10,8 +10,9 @@ import pytest
 
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS
+from headtrace.findings import write_findings
 from headtrace.store import read_results, ResultsDir
-from headtrace.trajectory import TrajectoryConfig, findings, revision_table, write_findings
+from headtrace.trajectory import TrajectoryConfig, findings, revision_table
 
 STEP_TOKENS = 1e9
 
@@ -335,3 +336,14 @@ def test_findings_on_real_screen_output(tmp_path):
     assert list(table.screen_gu_sink_fraction) == list(runs.gu_sink_fraction)
     assert list(table.top1) == list(runs.top1) and table.null_p99.notna().all()
     assert list(write_findings(tmp_path).finding) == ["F1", "F2", "F3", "F4", "F5", "F6"]
+
+
+def test_tokens_read_the_same_in_findings_reports_and_the_command_line():
+    """One formatter (trajectory.tokens_label), pinned: stored statements and figures depend on it."""
+    from headtrace.cli import _tokens_text
+    from headtrace.trajectory import tokens_label
+
+    cases = {2048.0: "0.002048M", 1.2288e5: "0.1229M", 4.194304e6: "4.194M", 9.99999e8: "1000M", 1e9: "1B",
+             1.5e9: "1.5B", 3e11: "300B", 2.1e12: "2100B", 0.0: "0M", float("nan"): "? tokens", float("inf"): "? tokens"}
+    assert {t: tokens_label(t) for t in cases} == cases
+    assert _tokens_text(1.5e9) == "1.5B" and _tokens_text(float("nan")) == ""

@@ -24,11 +24,11 @@ import torch
 from headtrace.errors import HeadtraceError
 from headtrace.organism import CorpusConfig, Organism, TrainConfig, checkpoint_steps, recipe, train
 from headtrace.organism.demo import demo_screen, panel_toml
-from headtrace.organism.train import build_tokenizer
+from headtrace.organism.trainer import build_tokenizer
 from headtrace.panel import load_panel, run_panel
 from headtrace.schema import ScreenConfig
 from headtrace.screen import screen_checkpoint
-from headtrace.store import RUNS, read_results
+from headtrace.store import RUNS, OutputLock, ResultsDir, read_results
 from headtrace.watch import Watcher, revision_name, schedule, training_state_kept
 
 VOCAB, LENGTH, BATCH, STEPS = 64, 48, 4, 12
@@ -42,9 +42,12 @@ CONFIG = ScreenConfig.of(n_examples=16, seq_len=LENGTH - 1, id_low=3, id_high=VO
 
 
 def test_schedules_name_the_steps_the_organism_trainer_would():
-    assert schedule("log:12", 2000).steps == frozenset(checkpoint_steps(2000, 12))
-    assert schedule("every:250", 1000).steps == {250, 500, 750, 1000}
-    assert schedule("log:4,every:5", 12).steps == set(checkpoint_steps(12, 4)) | {5, 10}
+    def due(revisions, total):
+        return [s for s in range(0, total + 300) if schedule(revisions, total).due(s)]
+
+    assert due("log:12", 2000) == checkpoint_steps(2000, 12)
+    assert due("every:250", 1000) == [250, 500, 750, 1000]
+    assert due("log:4,every:5", 12) == sorted(set(checkpoint_steps(12, 4)) | {5, 10})
     assert schedule([0, 3, 7]).steps == {0, 3, 7} and not schedule(None).steps
     unbounded = schedule("every:4")  # no total: a modulus, still O(1)
     assert [s for s in range(1, 13) if unbounded.due(s)] == [4, 8, 12] and not unbounded.due(0)
@@ -61,6 +64,23 @@ def test_schedules_name_the_steps_the_organism_trainer_would():
 def test_bad_schedules_are_one_line_errors(revisions, total, message):
     with pytest.raises(HeadtraceError, match=message):
         schedule(revisions, total)
+
+
+def test_an_every_step_schedule_is_a_modulo_whatever_the_run_length(tmp_path):
+    """`every:K` is never a list of steps: the callback and a watcher are made in O(1) memory."""
+    import tracemalloc
+
+    from headtrace import HeadtraceCallback  # the class is built (transformers imported) before measuring
+
+    tracemalloc.start()
+    started = time.perf_counter()
+    callback = HeadtraceCallback(out=tmp_path / "callback", revisions="every:1")
+    watch = Watcher(tmp_path / "loop", "tiny", CONFIG, revisions="every:1,log:12", total_steps=10**15)
+    elapsed, peak = time.perf_counter() - started, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    watch.close()
+    assert elapsed < 1 and peak < 50 * 2**20, (elapsed, peak)
+    assert callback.revisions == "every:1" and watch.due(1) and watch.due(10**15) and not watch.due(10**15 + 1)
 
 
 def test_importing_headtrace_loads_neither_torch_nor_transformers():
@@ -265,16 +285,81 @@ def test_bad_settings_fail_before_training(tmp_path):
                 revisions=[1]).prepare(model)
     with pytest.raises(HeadtraceError, match="give total_steps"):
         Watcher(tmp_path, "tiny", CONFIG, revisions="log:5")
-    watch = Watcher(tmp_path / "r", "tiny", CONFIG, revisions=[1])
-    watch.screen(model, 1, 10)
-    with pytest.raises(HeadtraceError, match="another config"):  # one config per model and folder
-        Watcher(tmp_path / "r", "tiny", CONFIG.replace(seed=7), revisions=[1])
+    with pytest.raises(HeadtraceError, match="pass one"):
+        Watcher(tmp_path / "r", "tiny", CONFIG, overwrite=True, resume=True)
+    with Watcher(tmp_path / "r", "tiny", CONFIG, revisions=[1]) as watch:
+        watch.screen(model, 1, 10)
+    with pytest.raises(HeadtraceError, match="another config"):  # a resumed run screens as it did
+        Watcher(tmp_path / "r", "tiny", CONFIG.replace(seed=7), revisions=[1], resume=True).prepare(model)
+    watch = Watcher(tmp_path / "r", "tiny", CONFIG, revisions=[1], resume=True)
     assert Watcher(tmp_path / "r", "tiny", CONFIG, revisions=[1], rank=1).screen(model, 1) is None  # rank 1 never screens
     sharded = type("FullyShardedDataParallel", (torch.nn.Module,), {})()
     with pytest.raises(HeadtraceError, match="FSDP shards the parameters"):
         watch.prepare(sharded)
     ddp_like = torch.nn.DataParallel(model)  # .module is unwrapped, as DDP's
     assert watch.screen(ddp_like, 2, 20).heads.equals(watch.screen(model, 2, 20).heads)
+    watch.close()
+    with pytest.raises(HeadtraceError, match="closed"):
+        watch.screen(model, 3, 30)
+
+
+# ----------------------------------------------------------------------------------------------
+# One run per model and folder: the lock, the run id, refused / resumed / replaced.
+
+
+def test_two_watched_runs_into_one_folder_never_mix(tmp_path):
+    model = tiny_model(dropout=0.0)
+    first = Watcher(tmp_path, "tiny", CONFIG, revisions=[1, 2])
+    with pytest.raises(HeadtraceError, match=r"in use by a watcher of tiny \(pid \d+ .*pick another --out"):
+        OutputLock(ResultsDir(tmp_path)).__enter__()  # a panel, while the model trains
+    with pytest.raises(HeadtraceError, match="in use by a watcher of tiny .*pick another results folder"):
+        Watcher(tmp_path, "other", CONFIG, revisions=None)
+    first.step(model, 1, 10)
+    first.step(model, 2, 20)
+    first.close()
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["watch"]["run_id"] == first.run_id and manifest["config_hash"] == CONFIG.config_hash
+    assert [(s["revision"], s["run_id"]) for s in manifest["shards"]] == [("step000001", first.run_id),
+                                                                          ("step000002", first.run_id)]
+    with OutputLock(ResultsDir(tmp_path)):  # the run ended: a panel may use the folder
+        pass
+
+    # Another run of the same model is refused before it writes: one line, the folder and the ways out.
+    second = Watcher(tmp_path, "tiny", CONFIG, revisions=[3])
+    with pytest.raises(HeadtraceError) as refused:
+        second.prepare(model)
+    message = str(refused.value)
+    assert message.startswith(f"'{tmp_path}' holds 2 screens of tiny from run {first.run_id}") and "\n" not in message
+    assert "overwrite=True" in message and "resume=True" in message and "another model_id" in message
+    second.close()
+    assert list(read_results(tmp_path)[1].step) == [1, 2]
+
+    # The same run, resumed from its checkpoint: its screens are kept, the new ones join them.
+    resumed = Watcher(tmp_path, "tiny", CONFIG, revisions=[3], resume=True)
+    resumed.step(model, 3, 30)
+    resumed.close()
+    runs = read_results(tmp_path)[1]
+    assert list(runs.step) == [1, 2, 3] and set(runs.run_id) == {first.run_id} == {resumed.run_id}
+
+    # overwrite=True: the earlier run's screens go before the new run writes its own.
+    with Watcher(tmp_path, "tiny", CONFIG, revisions=[5], overwrite=True) as again:
+        again.step(model, 5, 50)
+    runs = read_results(tmp_path)[1]
+    assert list(runs.step) == [5] and list(runs.run_id) == [again.run_id] != [first.run_id]
+    assert not [p for p in (tmp_path / "heads").iterdir() if "step00000" in p.name and "step000005" not in p.name]
+
+
+def test_the_callback_refuses_another_run_before_training_and_frees_the_folder_at_its_end(watched_trainer):
+    from headtrace import HeadtraceCallback
+
+    tmp, callback, _, _ = watched_trainer
+    with OutputLock(ResultsDir(tmp / "results")):  # on_train_end let it go
+        pass
+    again = HeadtraceCallback(out=tmp / "results", revisions=WATCHED, config=CONFIG, model_id="tiny")
+    with pytest.raises(HeadtraceError, match="screens of tiny from run .*overwrite=True"):
+        run_trainer(tmp / "again", [again])
+    assert again.watcher.closed and list(read_results(tmp / "results")[1].step) == WATCHED
+    assert set(read_results(tmp / "results")[1].run_id) == {callback.watcher.run_id}
 
 
 # ----------------------------------------------------------------------------------------------

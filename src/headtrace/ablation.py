@@ -46,10 +46,13 @@ import torch
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
 from headtrace.hooks import CapabilityAccumulator, head_output_hooks, micro_batches
-from headtrace.models import HeadLayout, LayerInput, ModelAdapter, head_id
-from headtrace.probes import Probe
+from headtrace.models import HeadLayout, LayerInput, ModelAdapter, head_id, load_model, load_tokenizer
+from headtrace.probes import Probe, build_probe
 from headtrace.schema import HEAD_SETS, AblationConfig, Head, ScreenConfig, check_heads_exist, parse_circuit
+from headtrace.screen import screen
+from headtrace.sources import checkpoint_location
 from headtrace.spectral import time_integrated_pr
+from headtrace.store import ResultsDir, read_results
 
 Progress = Callable[[int, int], None]
 
@@ -113,8 +116,6 @@ def pr_ranking(heads: pd.DataFrame) -> pd.DataFrame:
 
 def pr_top_circuit(out: str | Path | None, model: str, k: int) -> tuple[tuple[Head, ...], str]:
     """The `k` heads of `model` with the highest time-integrated PR over the revisions stored in `out`."""
-    from headtrace.store import read_results
-
     if out is None:
         raise HeadtraceError(f"pr-top:{k} ranks heads by PR over a panel's revisions: pass --out DIR holding "
                              f"{model}'s screened or imported revisions")
@@ -381,9 +382,6 @@ def resolve_circuit(
 ) -> tuple[tuple[Head, ...], str]:
     """The circuit's heads and where they came from: a given list, a stored screen under `out`
     (same model, revision and screen config), or a screen run now (stored under `out` if given)."""
-    from headtrace.screen import screen
-    from headtrace.store import ResultsDir
-
     spec = parse_circuit(config.circuit)
     label = f"{model_name}" + (f"@{revision}" if revision else "")
     if spec.pr_top:
@@ -432,11 +430,6 @@ def ablate_checkpoint(
 
     >>> ablate_checkpoint("EleutherAI/pythia-160m", "step3000").table  # doctest: +SKIP
     """
-    from headtrace.models import load_model, load_tokenizer
-    from headtrace.probes import build_probe
-    from headtrace.sources import checkpoint_location
-    from headtrace.store import ResultsDir
-
     config.validate()
     screen_config.validate()
     location, hub_revision, found_tokens = (model, revision, None) if adapter else checkpoint_location(model, revision)

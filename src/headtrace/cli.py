@@ -294,6 +294,7 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
     import torch
 
     from headtrace.organism import train
+    from headtrace.organism.config import REVISIONS_FILE
 
     _quiet_transformers()  # its "Writing model shards" bar at every checkpoint would bury ours
     previous_threads = torch.get_num_threads()
@@ -310,11 +311,11 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
             result = train(out, organism, on_step=on_step, watch=watch)
         except KeyboardInterrupt:
             bar.stop()
-            listed = out / "revisions.json"
+            listed = out / REVISIONS_FILE
             kept = len(json.loads(listed.read_text())) if listed.is_file() else 0
             screened = f"; {len(watch.screened)} screens in {escape(str(watch.out))}/" if watch is not None else ""
             console.print(f"interrupted: {kept} finished checkpoints in {escape(str(out))}/ are usable (listed in "
-                          f"revisions.json){screened}; train again with the same settings to start over",
+                          f"{REVISIONS_FILE}){screened}; train again with the same settings to start over",
                           highlight=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
@@ -371,72 +372,34 @@ def demo(
     checkpoint, write the report."""
     import time
 
-    if seeds is not None:
-        return _family_demo(out, seeds, seed, steps, n_examples, threads, compare)
-
-    from headtrace.organism.demo import DemoPaths, demo_organisms, demo_screen, panel_toml
-    from headtrace.report import build_report
-    from headtrace.store import check_writable
-    from headtrace.trajectory import write_findings
-    from headtrace.watch import Watcher
+    from headtrace.organism.demo import run_demo
 
     started = time.perf_counter()
-    paths = DemoPaths(out)
-    organisms = demo_organisms(compare=compare, steps=steps, seed=seed)
-    first = next(iter(organisms.values()))
-    screen_config = demo_screen(first.corpus, n_examples)
-    screen_config.validate()  # before training: a bad setting must not cost the minutes of training
-    for organism in organisms.values():
-        organism.validate()
-    check_writable(out)
-    for model, organism in organisms.items():  # screened at its checkpoint steps; only the final one is saved
-        watch = Watcher(paths.results, model, screen_config, revisions=None)
-        _train_with_progress(organism, paths.organism(model), model, threads, watch=watch)
-    models = {m: str(paths.organism(m).relative_to(out)) for m in organisms}
-    paths.panel.write_text(panel_toml("demo", screen_config, models, ablation_draws=10))
-    run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
-        gpus_per_task=None, cpus_per_task=1.0, max_retries=3)
-    write_findings(paths.results)
-    page = build_report(paths.results)
-    _print_organism_trajectories(paths.results)
+
+    def train(organism, folder: Path, model: str, watch=None):
+        return _train_with_progress(organism, folder, model, threads, watch=watch)
+
+    def run_panel_file(panel: Path, results: Path) -> None:
+        _run_panel_file(panel, results, threads=threads)
+
+    outcome = run_demo(out, train, run_panel_file, compare=compare, steps=steps, n_examples=n_examples, seed=seed,
+                       seeds=seeds)
+    paths = outcome.paths
+    if seeds is None:
+        _print_organism_trajectories(paths.results)
+    else:
+        _print_family_findings(outcome.findings, seeds)
     console.print(f"findings: {escape(str(paths.results / 'findings.md'))}", highlight=False)
     console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
-                  f"[bold]{escape(str(page.resolve()))}[/]\nre-screen with: headtrace run {escape(str(paths.panel))} "
-                  f"--out {escape(str(paths.results))}", highlight=False)
+                  f"[bold]{escape(str(outcome.report.resolve()))}[/]\nre-screen with: headtrace run "
+                  f"{escape(str(paths.panel))} --out {escape(str(paths.results))}", highlight=False)
 
 
-def _family_demo(out: Path, n_seeds: int, first_seed: int, steps: Optional[int], n_examples: int, threads: int,
-                 compare: bool) -> None:
-    """`headtrace demo --seeds N`: the demo's organism trained with N seeds as one seed family
-    (families.py), screened, its findings summarised across seeds, and the report."""
-    import time
+def _print_family_findings(table, n_seeds: int) -> None:
+    """`demo --seeds N`: each family's findings across seeds."""
+    from headtrace.family_findings import family_rows
 
-    from headtrace.families import family_rows, train_pending
-    from headtrace.organism.demo import DemoPaths, demo_organisms, demo_screen, family_panel_toml
-    from headtrace.panel import load_panel
-    from headtrace.report import build_report
-    from headtrace.store import check_writable
-    from headtrace.trajectory import write_findings
-
-    if compare:
-        raise HeadtraceError("--seeds and --compare do not combine; run them one at a time")
-    started = time.perf_counter()
-    paths = DemoPaths(out)
-    organism = demo_organisms(steps=steps, seed=first_seed)["organism-dense"]
-    organism.validate()  # before anything is written or trained
-    screen_config = demo_screen(organism.corpus, n_examples)
-    screen_config.validate()
-    check_writable(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths.panel.write_text(family_panel_toml("demo", screen_config, list(range(first_seed, first_seed + n_seeds)),
-                                             steps, ablation_draws=10))
-    train_pending(load_panel(paths.panel), lambda organism, folder, label: _train_with_progress(organism, folder,
-                                                                                                 label, threads))
-    run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
-        gpus_per_task=None, cpus_per_task=1.0, max_retries=3)
-    table = family_rows(write_findings(paths.results))
-    page = build_report(paths.results)
-    for family, rows in table.groupby("family", sort=False):
+    for family, rows in family_rows(table).groupby("family", sort=False):
         shown = Table(title=f"{escape(family)}: {n_seeds} seeds, each finding across seeds", show_lines=True)
         shown.add_column("finding", ratio=2, overflow="fold")
         shown.add_column("status", no_wrap=True)
@@ -444,10 +407,6 @@ def _family_demo(out: Path, n_seeds: int, first_seed: int, steps: Optional[int],
         for row in rows.itertuples():
             shown.add_row(escape(f"{row.finding} {row.title}"), _status(row.status), escape(row.statement))
         out_console.print(shown)
-    console.print(f"findings: {escape(str(paths.results / 'findings.md'))}", highlight=False)
-    console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
-                  f"[bold]{escape(str(page.resolve()))}[/]\nre-screen with: headtrace run {escape(str(paths.panel))} "
-                  f"--out {escape(str(paths.results))}", highlight=False)
 
 
 def _print_organism_trajectories(results_dir: Path) -> None:
@@ -592,7 +551,8 @@ def findings(
         "RESULTS/expect.json for later calls and the report."),
 ) -> None:
     """Findings F1-F6 per model; writes findings.parquet and findings.md into the results directory."""
-    from headtrace.trajectory import TrajectoryConfig, write_findings
+    from headtrace.findings import write_findings
+    from headtrace.trajectory import TrajectoryConfig
 
     expect = None
     if panel is not None:
@@ -653,10 +613,23 @@ def report(
 class RunProgress:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 
-    def __init__(self, progress: Progress, name: str):
-        self.progress, self.name = progress, name
+    def __init__(self, progress: Progress, name: str, threads: int = 1):
+        self.progress, self.name, self.threads = progress, name, threads
         # Listing revisions asks the hub (retried when it fails): a pulsing bar until the plan stands.
         self.planning = progress.add_task(f"list the revisions of {escape(name)}", total=None, info="")
+
+    def train(self, organism, folder: Path, model: str):
+        """Train an organism the panel asks for (`train = true`) with its own bar, this display paused."""
+        live = self.progress.live
+        kept, live.transient = live.transient, True  # stopped, it leaves nothing behind
+        self.progress.update(self.planning, visible=False)
+        self.progress.stop()
+        try:
+            return _train_with_progress(organism, folder, model, self.threads)
+        finally:
+            self.progress.start()
+            self.progress.update(self.planning, visible=True)
+            live.transient = kept
 
     def start(self, plan) -> None:
         self.progress.remove_task(self.planning)
@@ -723,25 +696,31 @@ def run(
 ) -> None:
     """Screen every (model, revision) of a panel; re-running resumes where it stopped."""
     from headtrace.executors import RayOptions
-    from headtrace.families import train_pending
-    from headtrace.panel import load_panel, run_panel
 
+    ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
+                     max_retries=max_retries)
+    _run_panel_file(panel, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch, ray=ray)
+
+
+def _run_panel_file(panel: Path, out: Optional[Path], executor: str = "local", keep_checkpoints: bool = False,
+                    prefetch: bool = True, ray=None, threads: int = 1) -> None:
+    """`headtrace run` (the demo runs its panel file through it too); `threads`: torch threads of the
+    organisms it trains (`train = true`)."""
+    from headtrace.executors import RayOptions
+    from headtrace.panel import load_panel, run_panel
     from headtrace.schema import planned_ceilings
 
     _quiet_transformers()
     spec = load_panel(panel)
     out = out or Path("results") / spec.name
     warn_ceilings(spec.screen, planned_ceilings(spec.screen))
-    train_pending(spec, _train_with_progress)  # organisms of `train = true` entries not trained yet
     kept = f"finished revisions in {out}/ are kept and a re-run skips them"
     columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())
     with on_interrupt(kept), Progress(*columns, console=console) as progress:
-        display = RunProgress(progress, spec.name)
-        ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
-                         max_retries=max_retries)
+        display = RunProgress(progress, spec.name, threads)
         result = run_panel(spec, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch,
-                           ray=ray, reporter=display, on_start=display.start)
+                           ray=ray or RayOptions(), reporter=display, on_start=display.start, train_one=display.train)
     for model, revision, same in result.identical:
         console.print(f"[bold red]WARNING: identical weights:[/] {escape(model)} {escape(revision)} has the same "
                       f"weight files as {escape(same)}; the source may serve the wrong checkpoint for one of them "
@@ -765,12 +744,10 @@ def run(
 
 
 def _tokens_text(tokens: float) -> str:
-    if tokens != tokens:  # NaN: unknown
-        return ""
-    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if tokens >= scale:
-            return f"{tokens / scale:.3g}{unit}"
-    return f"{tokens:.0f}"
+    """Tokens as the findings and the report write them (empty when unknown)."""
+    from headtrace.trajectory import tokens_label
+
+    return tokens_label(tokens) if tokens == tokens else ""
 
 
 def _revision_cells(model: str, revision: str, heads, row) -> list[str]:
@@ -823,37 +800,30 @@ def results(
 
 def _follow(out: Path, interval: float, timeout: Optional[float]) -> None:
     """`results --follow`: one line per revision, the finished ones first, then each new one as its
-    run record appears (written last, so its heads table is complete); polls the runs folder."""
-    import time
-
-    from headtrace.store import HEADS, RUNS, ResultsDir, read_table
+    run record appears (written last, so its heads table is complete)."""
+    from headtrace.store import HEADS, RUNS, new_shards, read_table
 
     shown: set[str] = set()
-    started = time.monotonic()
 
-    def show_new() -> None:
-        runs = out / RUNS
-        fresh = [name for name in ResultsDir(out).completed_shards() if name not in shown]
-        # In the order they were written: a training run's revisions in training order.
-        for name in sorted(fresh, key=lambda n: ((runs / n).stat().st_mtime_ns, n)):
-            try:
-                run = read_table(runs / name).iloc[0]
-                heads = read_table(out / HEADS / name)
-            except (HeadtraceError, FileNotFoundError) as exc:
-                console.print(f"[yellow]skipped[/] {escape(name)}: {escape(str(exc))}", highlight=False)
-            else:
-                cells = _revision_cells(str(run.model), str(run.revision), heads, run)
-                out_console.print("  ".join([cells[0], cells[1], f"tokens {cells[2] or '-'}", f"top-1 {cells[3]}",
-                                             f"induction heads {cells[4]}", f"sinks {cells[5]}"]), highlight=False)
-            shown.add(name)
+    def show(name: str) -> None:
+        try:
+            run = read_table(out / RUNS / name).iloc[0]
+            heads = read_table(out / HEADS / name)
+        except (HeadtraceError, FileNotFoundError) as exc:
+            console.print(f"[yellow]skipped[/] {escape(name)}: {escape(str(exc))}", highlight=False)
+        else:
+            cells = _revision_cells(str(run.model), str(run.revision), heads, run)
+            out_console.print("  ".join([cells[0], cells[1], f"tokens {cells[2] or '-'}", f"top-1 {cells[3]}",
+                                         f"induction heads {cells[4]}", f"sinks {cells[5]}"]), highlight=False)
+        shown.add(name)
 
     try:
-        show_new()
-        console.print(f"following {escape(str(out))}/ ({len(shown) or 'no'} revisions yet; Ctrl-C ends)",
-                      highlight=False)
-        while timeout is None or time.monotonic() - started < timeout:
-            time.sleep(interval if timeout is None else max(0.0, min(interval, timeout - (time.monotonic() - started))))
-            show_new()
+        for looks, fresh in enumerate(new_shards(out, interval, timeout)):
+            for name in fresh:
+                show(name)
+            if not looks:
+                console.print(f"following {escape(str(out))}/ ({len(shown) or 'no'} revisions yet; Ctrl-C ends)",
+                              highlight=False)
     except KeyboardInterrupt:
         console.print(f"stopped following {escape(str(out))}/ ({len(shown)} revisions)", highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None

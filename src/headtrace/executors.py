@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol, Sequence
 
 from headtrace.errors import DiskFull, HeadtraceError, ResultsNotWritable
+from headtrace.probes import build_probe
 from headtrace.registry import Registry
 from headtrace.revisions import Revision
 from headtrace.schema import ScreenConfig
@@ -129,8 +130,7 @@ def complete(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporte
 def _run_stages(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter) -> TaskResult:
     """Load the checkpoint and its probe once; run the task's stages in order. A failed screen ends
     the task; a later stage's failure is recorded and the next stage still runs."""
-    from headtrace.models import load_model, load_tokenizer
-    from headtrace.probes import build_probe
+    from headtrace.models import load_model, load_tokenizer  # torch, when a task runs (planning loads none)
 
     config = settings.config_for(task.source.name)
     try:
@@ -254,7 +254,7 @@ def run_ray(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter,
             options: ExecutionOptions = ExecutionOptions()) -> Iterator[TaskResult]:
     """Run every task as a Ray task; results arrive as tasks end. A Ray connection this process
     already has is used as it is; otherwise one is made (and closed at the end)."""
-    import ray
+    import ray  # only for --executor ray
 
     options = options.ray
 

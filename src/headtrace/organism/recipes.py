@@ -55,7 +55,7 @@ def recipe(arch: str = "dense", **overrides) -> Recipe:
 
 def hf_config(r: Recipe, vocab_size: int, context: int):
     """The transformers config of a recipe."""
-    from transformers import GPTNeoXConfig, LlamaConfig, OlmoeConfig
+    from transformers import GPTNeoXConfig, LlamaConfig, OlmoeConfig  # a recipe's settings stay torch-free
 
     common = dict(vocab_size=vocab_size, hidden_size=r.d_model, num_hidden_layers=r.n_layers,
                   num_attention_heads=r.n_heads, intermediate_size=r.d_mlp, max_position_embeddings=context,
@@ -72,7 +72,7 @@ def hf_config(r: Recipe, vocab_size: int, context: int):
 
 def build_model(r: Recipe, vocab_size: int, context: int):
     """A freshly initialised causal LM (seed torch before calling for a reproducible init)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # a recipe's settings stay torch-free
 
     r.validate()
     config = hf_config(r, vocab_size, context)

@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headtrace.families import Gap, across_seeds, members, read_gaps, summary_numbers, with_family_rows
+from headtrace.families import Gap, read_gaps
+from headtrace.family_findings import across_seeds, members, summary_numbers
+from headtrace.findings import findings_table
 from headtrace.probes import CLASSES
 from headtrace.schema import random_draws_summary
 from headtrace.store import ABLATIONS, ResultsDir
-from headtrace.trajectory import (ModelTrajectory, TrajectoryConfig, final_circuit, findings, milestones, model_trajectories,
-                                  read_expectations, tokens_label)
+from headtrace.trajectory import ModelTrajectory, TrajectoryConfig, final_circuit, milestones, model_trajectories, tokens_label
 
 LABEL_ORDER: tuple[str, ...] = CLASSES + ("unclassified",)
 SINK_MILESTONE, INDUCTION_MILESTONE = "sink fraction", "induction"  # prefixes of trajectory's milestone names
@@ -72,7 +73,7 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
     panels = model_trajectories(heads, runs, config)
     revisions = pd.concat([p.revisions for p in panels], ignore_index=True)
     gaps = read_gaps(out)
-    table = with_family_rows(findings(heads, runs, config, read_expectations(out)), heads, runs, config, gaps)
+    table = findings_table(out, heads, runs, config, gaps)
     return ReportData(results_dir=out, runs=runs, config=config, panels=panels, revisions=revisions,
                       milestones=milestones(revisions, config), findings=table,
                       ablations=results.read_ablations(), unfinished=results.unfinished_shards(),
@@ -161,7 +162,7 @@ def finding(data: ReportData, model: str, code: str) -> tuple[pd.Series, dict]:
 
 
 def family_finding(data: ReportData, family: str, code: str) -> tuple[pd.Series, dict]:
-    """One family row (a finding across seeds, families.with_family_rows) and its numbers."""
+    """One family row (a finding across seeds, family_findings.with_family_rows) and its numbers."""
     table = data.findings
     row = table.loc[table.model.isna() & (table.family == family) & (table.finding == code)].iloc[0]
     return row, summary_numbers(table, family, code)

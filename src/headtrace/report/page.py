@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from headtrace import __version__
-from headtrace.families import family_rows, family_status_class, model_rows
+from headtrace.family_findings import family_rows, family_status_class, model_rows
 from headtrace.report.data import ReportData, model_gaps, panel_gaps, revision_label
 from headtrace.report.figures import Plot
 from headtrace.schema import ceiling_text
