@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from headtrace.errors import HeadtraceError
-from headtrace.probes import (BASELINES, CLASS_KEYS, CLASSES, SELECTIVITY_FLOOR,  # noqa: F401 (re-exported)
-                              PROBES, ProbeSpec, build_probe, selectivity_ceilings)
+from headtrace.probes import BASELINES, SELECTIVITY_FLOOR  # noqa: F401 (re-exported)
+from headtrace.probes import CLASS_KEYS, CLASSES, PROBES, ProbeSpec, build_probe, selectivity_ceilings
 
 SCHEMA_VERSION = 1
 

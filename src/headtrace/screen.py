@@ -36,8 +36,8 @@ from headtrace.hooks import (CapabilityAccumulator, accumulation_dtype, attentio
                              last_layer_at_query_only, micro_batches)
 from headtrace.models import ModelAdapter
 from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
-from headtrace.schema import (SCHEMA_VERSION, SELECTIVITY_FLOOR, ScreenConfig, add_labels,  # noqa: F401 (re-exported)
-                              head_id)
+from headtrace.schema import SCHEMA_VERSION  # noqa: F401 (re-exported)
+from headtrace.schema import SELECTIVITY_FLOOR, ScreenConfig, add_labels, head_id
 from headtrace.spectral import GramAccumulator
 from headtrace.store import utc_now
 
