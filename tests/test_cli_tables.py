@@ -23,8 +23,9 @@ SCREEN_COLUMNS = ["head", "label", "induction", "previous", "first-token", "sink
 
 
 def printed(monkeypatch, width: int, show) -> str:
-    """What `show()` prints on the CLI's console at `width` columns."""
-    monkeypatch.setattr(out_console, "width", width)
+    """What `show()` prints on the CLI's console in a terminal of `width` columns."""
+    monkeypatch.setattr(out_console, "_width", None)  # the width then follows COLUMNS (rich sets it when it starts)
+    monkeypatch.setenv("COLUMNS", str(width))
     with out_console.capture() as captured:
         show()
     text = captured.get()
