@@ -129,7 +129,10 @@ def outputs_from_rows(probe, rows: np.ndarray, sink: np.ndarray, at_query: np.nd
     [n, layers, heads, d] per-head outputs at the query."""
     n = probe.n
     index = np.arange(n)
-    take = lambda pos: rows[index, :, :, pos]  # [n, layers, heads]
+
+    def take(pos):  # [n, layers, heads]
+        return rows[index, :, :, pos]
+
     valid = probe.valid
     out = {
         "induction": take(np.maximum(probe.induction, 0))[valid].mean(0),
@@ -335,8 +338,11 @@ def spawn(method: str, args, n: int | None = None, config: str | None = None, ou
 
 def compare(a: dict, other: dict, name: str, rtol: float) -> float:
     """Assert equal outputs (selectivities to `rtol`); return the largest relative difference."""
-    sel = lambda d: {k: d[k] / np.maximum(d["baseline"], 1e-8) for k in ("induction", "duplicate", "previous",
-                                                                          "first", "self", "local", "null")}
+
+    def sel(d: dict) -> dict:
+        return {k: d[k] / np.maximum(d["baseline"], 1e-8)
+                for k in ("induction", "duplicate", "previous", "first", "self", "local", "null")}
+
     worst = 0.0
     pairs = [*((f"sel_{k}", v, sel(other)[k]) for k, v in sel(a).items()),
              *((k, a[k], other[k]) for k in ("sink_score", "pr", "top1", "loss"))]

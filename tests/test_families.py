@@ -47,7 +47,8 @@ revisions = "log:4"
 expect = { F2 = "gradual" }
 """
 
-ORGANISM_FAMILY = """name = "orgs"
+ORGANISM_FAMILY = (
+    """name = "orgs"
 [screen]
 n_examples = 8
 seq_len = 63
@@ -63,8 +64,11 @@ path = "organisms/tiny-s{seed}"
 seeds = [0, 1, 2]
 train = true
 revisions = "all"
-organism = { n_layers = 2, n_heads = 2, d_model = 32, d_mlp = 64, vocab_size = 64, span_min = 4, span_max = 12, spans_per_sequence = 2, steps = 6, batch_size = 4, n_checkpoints = 4, checkpoint_every = 0, checkpoint_loss_drop = 0 }
 """
+    "organism = { n_layers = 2, n_heads = 2, d_model = 32, d_mlp = 64, vocab_size = 64, span_min = 4, span_max = 12, "
+    "spans_per_sequence = 2, steps = 6, batch_size = 4, n_checkpoints = 4, checkpoint_every = 0, "
+    "checkpoint_loss_drop = 0 }\n"
+)
 
 
 def write(folder: Path, text: str, name: str = "p.toml") -> Path:
@@ -377,7 +381,7 @@ def test_results_without_a_family_keep_their_findings_table(planted, tmp_path):
     assert "## Seed families" in (planted / "findings.md").read_text()
 
 
-def test_the_report_draws_each_family_with_its_band_in_chromium(planted, browser):
+def test_the_report_draws_each_family_with_its_band_in_chromium(planted, browser):  # noqa: F811 (the fixture)
     """Sink fraction: each family's median, its band over seeds and the faint seeds; milestones across
     seeds; which heads across seeds; the findings across seeds; every member's and the single model's
     own figures as before."""

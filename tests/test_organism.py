@@ -117,7 +117,7 @@ def test_training_writes_loadable_checkpoints_and_listings(trained):
 
 def test_same_seed_gives_bit_identical_checkpoints_and_another_seed_does_not(trained, tmp_path):
     again = train(tmp_path / "again", tiny())
-    other = train(tmp_path / "other", tiny(seed=1))
+    train(tmp_path / "other", tiny(seed=1))
     for entry in again.checkpoints:
         assert weights(tmp_path / "again" / entry["revision"]) == weights(trained / entry["revision"])
     assert weights(tmp_path / "other" / "step000006") != weights(trained / "step000006")

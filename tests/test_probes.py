@@ -1,4 +1,5 @@
-"""Probe builders: the synthetic batch reproduces the reference batch (docs/definitions.md) draw for draw; natural-text probes."""
+"""Probe builders: the synthetic batch reproduces the reference batch (docs/definitions.md) draw for draw;
+natural-text probes."""
 
 import numpy as np
 import pytest

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+import io
 import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -108,6 +110,47 @@ def progress_bar(description: str, waiting: str | None = None) -> Iterator[Calla
 STRONGEST = 10  # heads the screen's summary lists by default
 
 
+def times(value: float) -> str:
+    """A selectivity, compact: 0.3x, 47.7x, 198x, 6.4e6x."""
+    if value != value:  # NaN: not measured
+        return "-"
+    if value < 100:
+        return f"{value:.1f}x"
+    if value < 10_000:
+        return f"{value:.0f}x"
+    mantissa, exponent = f"{value:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}x"
+
+
+def fitted_table(title: str, columns: dict[str, dict], rows: list[list[str]], drop: Sequence[str] = (),
+                 **options) -> Table:
+    """A table that fits the terminal without cutting a cell short. While its cells, each on one line,
+    are wider than the terminal, the columns named in `drop` go, in that order (the caption says
+    which); then cells wrap at spaces, and where a cell would still be cut short, every cell folds.
+    `columns`: each column's `Table.add_column` options (`no_wrap`: a cell that stays on one line)."""
+    names, dropped = list(columns), []
+
+    def build(fold: bool = False) -> Table:
+        table = Table(title=title, **options)
+        kept = [i for i, name in enumerate(names) if name not in dropped]
+        for i in kept:
+            table.add_column(names[i], **columns[names[i]] | ({"no_wrap": False, "overflow": "fold"} if fold else {}))
+        for row in rows:
+            table.add_row(*(row[i] for i in kept))
+        if dropped:
+            table.caption = f"not shown at {out_console.width} columns: {', '.join(dropped)}"
+        return table
+
+    unbounded = out_console.options.update_width(1_000_000)
+    table = build()
+    while Measurement.get(out_console, unbounded, table).maximum > out_console.width and len(dropped) < len(drop):
+        dropped.append(drop[len(dropped)])
+        table = build()
+    trial = Console(file=io.StringIO(), width=out_console.width, color_system=None)
+    trial.print(table)
+    return build(fold=True) if "…" in trial.file.getvalue() else table  # rich ends a cut cell with an ellipsis
+
+
 def print_screen_summary(result, all_heads: bool = False) -> None:
     """A summary that fits a terminal: the strongest labelled heads (every one with `all_heads`),
     the label counts, the circuits, the sink fraction, capability and, where the run record has
@@ -124,12 +167,11 @@ def print_screen_summary(result, all_heads: bool = False) -> None:
     title = f"{escape(_label(run.model, run.revision))}: " + (
         f"all {len(labelled)} labelled heads" if all_heads or len(shown) == len(labelled)
         else f"the {len(shown)} strongest of {len(labelled)} labelled heads (--all: every one)")
-    table = Table(title=title, title_justify="left")
-    for column in ("head", "label", "induction", "previous", "first-token", "sink score", "PR"):
-        table.add_column(column, justify="left" if column in ("head", "label") else "right", no_wrap=True)
-    for row in shown.itertuples():
-        table.add_row(row.head_id, row.label, f"{row.sel_induction:.1f}", f"{row.sel_previous:.1f}",
-                      f"{row.sel_first:.1f}", f"{row.sink_score:.3f}", f"{row.pr:.2f}")
+    columns = {name: {"justify": "left" if name in ("head", "label") else "right", "no_wrap": True}
+               for name in ("head", "label", "induction", "previous", "first-token", "sink score", "PR")}
+    rows = [[row.head_id, row.label, times(row.sel_induction), times(row.sel_previous), times(row.sel_first),
+             f"{row.sink_score:.3f}", f"{row.pr:.2f}"] for row in shown.itertuples()]
+    table = fitted_table(title, columns, rows, drop=("PR", "sink score"), title_justify="left")
     if len(shown):
         out_console.print(table)
     counts = labelled.label.value_counts()
@@ -138,9 +180,11 @@ def print_screen_summary(result, all_heads: bool = False) -> None:
         f"labels (>= {_threshold(run, 'label_threshold', 30)}x): "
         + (", ".join(f"{label} {count}" for label, count in counts.items()) or "none")
         + f"; {len(heads) - len(labelled)} of {len(heads)} heads unclassified",
-        f"induction circuit (>= {_threshold(run, 'induction_threshold', 50)}x): {_heads_text(summary['induction_circuit'])}",
+        f"induction circuit (>= {_threshold(run, 'induction_threshold', 50)}x): "
+        f"{_heads_text(summary['induction_circuit'])}",
         f"previous-token circuit (>= {_threshold(run, 'previous_threshold', 100)}x): {_heads_text(previous)}",
-        f"sink heads (first-token >= {_threshold(run, 'sink_threshold', 30)}x): {int(run.n_sink_heads)}/{len(heads)} = {summary['sink_fraction']:.1%}",
+        f"sink heads (first-token >= {_threshold(run, 'sink_threshold', 30)}x): "
+        f"{int(run.n_sink_heads)}/{len(heads)} = {summary['sink_fraction']:.1%}",
         f"top-1 at the query: {summary['top1']:.3f}   top-5: {run.top5:.3f}   loss: {run.loss:.3f}   "
         f"({int(run.n_valid)}/{int(run.n_examples)} valid examples, {run.wall_s:.1f} s)",
     ]
@@ -436,16 +480,16 @@ def print_ablation(result) -> None:
 
     table = result.table
     first = table.iloc[0]
-    shown = Table(title=escape(f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})"))
-    for column in ("condition", "heads", "top-1", "top-5", "loss", "logit"):
-        shown.add_column(column, justify="left" if column in ("condition", "heads") else "right")
+    title = escape(f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})")
     metrics = ("top1", "top5", "loss", "mean_logit_answer")
-    deciding = metrics.index(first.decided_by)
-    shown.columns[2 + deciding].header += "*"
-    shown.caption = "* the deciding metric; 95%: the draws' 2.5-97.5 percentiles"
+    names = [name + ("*" if metric == first.decided_by else "")
+             for name, metric in zip(("top-1", "top-5", "loss", "logit"), metrics)]
+    # Numbers stay whole; the heads wrap between ids.
+    columns = {"condition": {}, "heads": {}, **{name: {"justify": "right", "no_wrap": True} for name in names}}
+    rows: list[list[str]] = []
 
     def add(label: str, heads: str, values) -> None:
-        shown.add_row(label, heads, *values)
+        rows.append([label, heads.replace(",", ", "), *values])
 
     for row in table.itertuples():
         if row.condition == "random":
@@ -457,6 +501,8 @@ def print_ablation(result) -> None:
             summaries = [random_draws_summary(random[m]) for m in metrics]
             add("random (mean)", heads, [f"{mean:.3f}" for mean, _, _ in summaries])
             add("random (95%)", "", [f"{low:.3f}-{high:.3f}" for _, low, high in summaries])
+    shown = fitted_table(title, columns, rows)
+    shown.caption = "* the deciding metric; 95%: the draws' 2.5-97.5 percentiles"
     out_console.print(shown)
     shortfall = int(table.shortfall.max())
     if shortfall:
@@ -563,15 +609,19 @@ def findings(
     with console.status(f"computing the findings of {escape(str(results))}"):
         table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}),
                                expect)
-    shown = Table(title=f"findings: {escape(str(results))}", show_lines=True)
-    # Widths in proportion to the terminal's, so that the statements wrap instead of collapsing.
-    shown.add_column("model", overflow="fold", ratio=2)
-    shown.add_column("finding", overflow="fold", ratio=2)
+    models = [row.model if isinstance(row.model, str) else f"{row.family} (across seeds)" for row in table.itertuples()]
+    single = len(set(models)) == 1  # then the title names the model, and the statements have its column's width
+    shown = Table(title=f"findings: {escape(str(results))}" + (f" ({escape(models[0])})" if single else ""),
+                  show_lines=True)
+    # The statements take what the other columns leave, and wrap.
+    if not single:
+        shown.add_column("model", overflow="fold", ratio=1)
+    shown.add_column("finding", max_width=16)
     shown.add_column("status", no_wrap=True)
-    shown.add_column("statement", overflow="fold", ratio=6)
-    for row in table.itertuples():
-        model = row.model if isinstance(row.model, str) else f"{row.family} (across seeds)"
-        shown.add_row(escape(model), escape(f"{row.finding} {row.title}"), _status(row.status), escape(row.statement))
+    shown.add_column("statement", overflow="fold", ratio=3)
+    for model, row in zip(models, table.itertuples()):
+        cells = [escape(f"{row.finding} {row.title}"), _status(row.status), escape(row.statement)]
+        shown.add_row(*([] if single else [escape(model)]), *cells)
     out_console.print(shown)
     console.print(f"written: {results / 'findings.parquet'}, {results / 'findings.md'}", highlight=False, markup=False)
 
@@ -754,7 +804,8 @@ def _revision_cells(model: str, revision: str, heads, row) -> list[str]:
     """One revision's summary: model, revision, tokens, top-1, induction heads, sink heads, underflow."""
     circuit = list(heads.loc[heads.induction_circuit, "head_id"])
     shown = ", ".join(circuit[:4]) + (", ..." if len(circuit) > 4 else "")
-    return [escape(model), escape(revision), _tokens_text(row.tokens), f"{row.top1:.3f}",
+    top1 = "-" if row.top1 != row.top1 else f"{row.top1:.3f}"  # NaN: not measured (imported reference results)
+    return [escape(model), escape(revision), _tokens_text(row.tokens), top1,
             f"{len(circuit)} ({shown})" if circuit else "0",
             f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}", str(int(heads.baseline_underflow.sum()))]
 
@@ -781,15 +832,22 @@ def results(
         return
     table = load_results(out)
     runs = table.drop_duplicates(["model", "revision"])
-    summary = Table(title=f"{escape(str(out))}: {len(runs)} revisions, {len(table)} heads")
-    for column in ("model", "revision", "tokens", "top-1", "induction heads", "sink heads", "underflow",
-                   "same weights as"):
-        summary.add_column(column, justify="right" if column in ("tokens", "top-1", "underflow") else "left")
-    for (model, revision), heads in table.groupby(["model", "revision"], sort=False):
-        row = heads.iloc[0]
-        summary.add_row(*_revision_cells(model, revision, heads, row),
-                        row.same_weights_as if isinstance(row.same_weights_as, str) else "")
-    out_console.print(summary)
+    single = runs.model.nunique() == 1  # then the title names the model
+    title = f"{escape(str(out))}: {len(runs)} revisions" + (f" of {escape(runs.model.iloc[0])}" if single else "") + (
+        f", {len(table)} heads")
+    right = {"justify": "right", "no_wrap": True}
+    columns = {"model": {"overflow": "fold"}, "revision": {"overflow": "fold"}, "tokens": right, "top-1": right,
+               "induction heads": {}, "sink heads": {}, "underflow": right, "same weights as": {"overflow": "fold"}}
+    rows = [[*_revision_cells(model, revision, heads, heads.iloc[0]), escape(same) if isinstance(same, str) else ""]
+            for (model, revision), heads in table.groupby(["model", "revision"], sort=False)
+            for same in [heads.same_weights_as.iloc[0]]]
+    if single:
+        del columns["model"]
+        rows = [row[1:] for row in rows]
+    # Columns with nothing to say go first when the terminal is narrow.
+    empty = [name for name, nothing in (("same weights as", runs.same_weights_as.isna().all()),
+                                        ("underflow", not table.baseline_underflow.any())) if nothing]
+    out_console.print(fitted_table(title, columns, rows, drop=empty))
     if runs.same_weights_as.notna().any():
         console.print("[bold red]WARNING:[/] some revisions have identical weight files (column "
                       "same_weights_as): the source may serve the wrong checkpoint for them")

@@ -84,7 +84,8 @@ class ModelAdapter:
         except AttributeError as exc:
             raise HeadtraceError(
                 f"architecture '{self.model_type}' ({type(model).__name__}) lacks the expected module path "
-                f"{spec.layers}[i].{spec.attention}.{spec.out_proj} / {spec.layers}[i].{spec.mlp} / {spec.final_norm} ({exc}); register a matching ArchitectureSpec"
+                f"{spec.layers}[i].{spec.attention}.{spec.out_proj} / {spec.layers}[i].{spec.mlp} / "
+                f"{spec.final_norm} ({exc}); register a matching ArchitectureSpec"
             ) from None
         self.layer_of_attention = {id(module): layer for layer, module in enumerate(self.attention)}
         self.layout = self._layout()

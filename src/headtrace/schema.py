@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from headtrace.errors import HeadtraceError
-from headtrace.probes import (BASELINES, CLASS_KEYS, CLASSES, SELECTIVITY_FLOOR,  # noqa: F401 (re-exported)
-                              PROBES, ProbeSpec, build_probe, selectivity_ceilings)
+from headtrace.probes import BASELINES, SELECTIVITY_FLOOR  # noqa: F401 (re-exported)
+from headtrace.probes import CLASS_KEYS, CLASSES, PROBES, ProbeSpec, build_probe, selectivity_ceilings
 
 SCHEMA_VERSION = 1
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")  # what a screen computes in
@@ -39,11 +39,15 @@ class Thresholds:
     gu_sink_epsilon: float = 0.3  # a head is a Gu et al. sink when its sink score exceeds this
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ScreenConfig:
     """What a screen measures (a probe and thresholds) and how it computes; `config_hash` covers
-    every field that changes results. Flat field names (`n_examples`, `induction_threshold`, ...)
-    are what panel files, CLI options and stored records use: `ScreenConfig.of(**flat)`."""
+    every field that changes results.
+
+    Give its fields flat, by the names that panel files, CLI options and stored records use
+    (`ScreenConfig(n_examples=500, seq_len=256, device="cuda")`; `probe="natural"` is the probe's
+    kind), or its parts whole (`ScreenConfig(probe=ProbeSpec(...), thresholds=Thresholds(...))`),
+    but not a part together with a flat field it holds."""
 
     probe: ProbeSpec = ProbeSpec()
     thresholds: Thresholds = Thresholds()
@@ -58,16 +62,31 @@ class ScreenConfig:
     # existing results keep their hash.
     _HASHED_WHEN_SET = {"baseline": "reference", "pr_examples": None}
 
-    @classmethod
-    def of(cls, **flat) -> "ScreenConfig":
-        """A config from flat field names; an unknown name is an error."""
+    def __init__(self, probe: ProbeSpec | str | None = None, thresholds: Thresholds | None = None, **flat) -> None:
+        if isinstance(probe, str):  # the flat spelling names the probe's kind
+            flat["probe"], probe = probe, None
+        given = {"probe": probe, "thresholds": thresholds}
         parts: dict[str, dict] = {"probe": {}, "thresholds": {}, "": {}}
         for name, value in flat.items():
             if name not in FLAT_FIELDS:
                 raise HeadtraceError(f"unknown screen setting '{name}'; known: {', '.join(FLAT_FIELDS)}")
             part, field_name = FLAT_FIELDS[name]
+            if part and given[part] is not None:
+                kind = type(given[part]).__name__
+                raise HeadtraceError(f"{name}= is a field of {part}=: give it inside {part}={kind}(...) or "
+                                     f"drop {part}= and give every field flat, not both")
             parts[part][field_name] = value
-        return cls(probe=ProbeSpec(**parts["probe"]), thresholds=Thresholds(**parts["thresholds"]), **parts[""])
+        object.__setattr__(self, "probe", probe if probe is not None else ProbeSpec(**parts["probe"]))
+        object.__setattr__(self, "thresholds",
+                           thresholds if thresholds is not None else Thresholds(**parts["thresholds"]))
+        for f in dataclasses.fields(self):
+            if f.name not in given:
+                object.__setattr__(self, f.name, parts[""].get(f.name, f.default))
+
+    @classmethod
+    def of(cls, **flat) -> "ScreenConfig":
+        """A config from flat field names (the same as `ScreenConfig(**flat)`); an unknown name is an error."""
+        return cls(**flat)
 
     def replace(self, **flat) -> "ScreenConfig":
         """This config with some flat fields changed."""

@@ -8,8 +8,9 @@ the CPU, the fused flash kernel returns each row's log-sum-exp next to the outpu
 attention of the query row (and of every row to key 0) follows from one dot product per key.
 Elsewhere (CUDA, MPS, masked attention, or `route="widened"`), the values are widened by one
 channel per target holding the example's key weights for it, so that SDPA returns those
-attentions next to the head outputs, at the cost of a few extra value dimensions. The screen keeps only per-head sums: the query row
-for the classes, every row of the first-token channel for Gu et al.'s sink score. A pre-hook on
+attentions next to the head outputs, at the cost of a few extra value dimensions. The screen keeps
+only per-head sums: the query row for the classes, every row of the first-token channel for Gu et
+al.'s sink score. A pre-hook on
 each output projection accumulates the Gram matrix of the per-head outputs at the query for the
 participation ratio; past its attention, the last layer runs at the query rows only, and logits
 are computed there alone. The loop over micro-batches moves nothing between host and device and
@@ -35,8 +36,8 @@ from headtrace.hooks import (CapabilityAccumulator, accumulation_dtype, attentio
                              last_layer_at_query_only, micro_batches)
 from headtrace.models import ModelAdapter, load_model, load_tokenizer
 from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
-from headtrace.schema import (SCHEMA_VERSION, SELECTIVITY_FLOOR, ScreenConfig, add_labels,  # noqa: F401 (re-exported)
-                              head_id)
+from headtrace.schema import SCHEMA_VERSION  # noqa: F401 (re-exported)
+from headtrace.schema import SELECTIVITY_FLOOR, ScreenConfig, add_labels, head_id
 from headtrace.sources import checkpoint_location
 from headtrace.spectral import GramAccumulator
 from headtrace.store import ResultsDir, utc_now
@@ -84,7 +85,10 @@ class _DeviceProbe:
 
     def __init__(self, probe: Probe, device: torch.device, acc_dtype: torch.dtype):
         self.n, self.seq_len = probe.n, probe.seq_len
-        as_device = lambda a, dtype=None: torch.as_tensor(np.ascontiguousarray(a), device=device, dtype=dtype)
+
+        def as_device(a, dtype=None) -> torch.Tensor:
+            return torch.as_tensor(np.ascontiguousarray(a), device=device, dtype=dtype)
+
         self.input_ids = as_device(probe.input_ids)
         self.query = as_device(probe.query)
         self.answer = as_device(probe.answer)

@@ -289,7 +289,8 @@ def _at(panel: ModelTrajectory, i: int | None) -> str:
 def floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F1: sink heads per layer at every revision; the low layers that never have one."""
     floor_layers = list(range(config.floor_layers))
-    claim = f"no sink head (first-token >= {config.thresholds.sink_threshold:g}x) in layers 0-{floor_layers[-1]} at any revision"
+    claim = (f"no sink head (first-token >= {config.thresholds.sink_threshold:g}x) in layers 0-{floor_layers[-1]} "
+             "at any revision")
     per_layer = panel.layers.pivot(index="revision", columns="layer", values="screen_sink").reindex(panel.names)
     numbers = {"sink_heads_per_layer": {rev: [int(v) for v in row] for rev, row in per_layer.iterrows()}}
     found = per_layer.sum(axis=0)
@@ -500,9 +501,9 @@ def _sensitivity_text(rows: dict[float, dict]) -> str:
 
 def spectral_lead(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F5: per final-circuit head, first revision with elevated PR vs first selectivity crossing."""
-    claim = (f"PR rises at or before the revision where induction selectivity crosses {config.thresholds.induction_threshold:g}x "
-             f"(median lead >= 0 revisions; elevated = PR >= {config.pr_rise_fraction:g} of its largest rise above "
-             "its running minimum)")
+    claim = ("PR rises at or before the revision where induction selectivity crosses "
+             f"{config.thresholds.induction_threshold:g}x (median lead >= 0 revisions; elevated = PR >= "
+             f"{config.pr_rise_fraction:g} of its largest rise above its running minimum)")
     circuit = final_circuit(panel, config)
     if len(panel.names) < 2 or not circuit:
         return Finding("F5", "spectral lead", claim, NOT_MEASURABLE, _no_trajectory(panel, config), {})

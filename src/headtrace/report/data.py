@@ -249,6 +249,7 @@ def model_gaps(panel: ModelTrajectory, config: TrajectoryConfig) -> list[str]:
     if panel.heads["sel_null"].isna().all():
         gaps.append("no null selectivity (sel_null): the noise floor (F6) is not measurable")
     if not final_circuit(panel, config):
-        gaps.append(f"no head at {config.thresholds.induction_threshold:g}x induction selectivity at the last revision: no final "
-                    "circuit, so recall (F4) is not drawn and the trajectory figure shows the strongest heads")
+        gaps.append(f"no head at {config.thresholds.induction_threshold:g}x induction selectivity at the last "
+                    "revision: no final circuit, so recall (F4) is not drawn and the trajectory figure shows the "
+                    "strongest heads")
     return gaps

@@ -120,12 +120,12 @@ def sink_fraction_plot(data: ReportData) -> Plot:
     levels = ", ".join(f"{f:.0%}" for f in c.sink_fractions)
     counts = ", ".join(str(n) for n in c.induction_counts)
     plot = Plot("sink-fraction", "Sink (BOS-attractor) heads over training", (
-        f"Share of all heads that are sink heads (first-token selectivity >= {c.thresholds.sink_threshold:g}x: mean attention "
-        "from the query to position 0 over its mean attention to 50 fixed baseline positions) against training "
-        f"tokens (log axis), one line per model. Stars: the first revision where the fraction reaches {levels} "
-        f"(dotted levels); dashed verticals: the first revision with >= {counts} induction heads (induction "
-        f"selectivity >= {c.thresholds.induction_threshold:g}x). A milestone happened after the revision before it and no later "
-        "than the one marked."))
+        f"Share of all heads that are sink heads (first-token selectivity >= {c.thresholds.sink_threshold:g}x: "
+        "mean attention from the query to position 0 over its mean attention to 50 fixed baseline positions) "
+        "against training tokens (log axis), one line per model. Stars: the first revision where the fraction "
+        f"reaches {levels} (dotted levels); dashed verticals: the first revision with >= {counts} induction "
+        f"heads (induction selectivity >= {c.thresholds.induction_threshold:g}x). A milestone happened after "
+        "the revision before it and no later than the one marked."))
     if data.families:
         plot.caption += (" A seed family is drawn as its median over seeds (thick) and the range over seeds (band) at "
                          "each revision that more than half of its seeds have (a seed without that revision is left "
@@ -246,12 +246,12 @@ def milestones_plot(data: ReportData) -> Plot:
     c = data.config
     plot = Plot("milestones", "Milestones: induction circuit vs sink spread", (
         "For each model, the first revision where the induction circuit has >= "
-        f"{', '.join(map(str, c.induction_counts))} heads (induction selectivity >= {c.thresholds.induction_threshold:g}x) and "
-        f"where the sink fraction (first-token selectivity >= {c.thresholds.sink_threshold:g}x) reaches "
-        f"{', '.join(f'{f:.0%}' for f in c.sink_fractions)}; each bar is the bracket the event lies in (after the "
-        "revision before, no later than the marked one). The arrow carries F3's ratio tokens(sink fraction >= "
-        f"{c.timing_sink_fraction:.0%}) / tokens(induction >= {c.timing_induction_count} heads), with its range over "
-        "both brackets."))
+        f"{', '.join(map(str, c.induction_counts))} heads (induction selectivity >= "
+        f"{c.thresholds.induction_threshold:g}x) and where the sink fraction (first-token selectivity >= "
+        f"{c.thresholds.sink_threshold:g}x) reaches {', '.join(f'{f:.0%}' for f in c.sink_fractions)}; each bar "
+        "is the bracket the event lies in (after the revision before, no later than the marked one). The arrow "
+        f"carries F3's ratio tokens(sink fraction >= {c.timing_sink_fraction:.0%}) / tokens(induction >= "
+        f"{c.timing_induction_count} heads), with its range over both brackets."))
     if data.families:
         plot.caption += (" For a seed family the marker is the median over the seeds that reach the milestone, the bar "
                          "its range over seeds, the faint dots each seed's own milestone; its arrow carries the median "
@@ -373,9 +373,9 @@ def sink_layers_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     c = data.config
     row, _ = finding(data, panel.name, "F1")
     plot = Plot(f"sink-layers-{slug(panel.name)}", f"{panel.name}: sink heads per layer", (
-        f"Sink heads (first-token selectivity >= {c.thresholds.sink_threshold:g}x) in each layer (rows, layer 0 at the bottom) at "
-        f"each revision (columns, training order) of {panel.name}; grey: unknown. The dashed line tops the F1 floor "
-        f"(layers 0-{c.floor_layers - 1}). F1 {row.status}: {row.statement}."))
+        f"Sink heads (first-token selectivity >= {c.thresholds.sink_threshold:g}x) in each layer (rows, layer 0 "
+        f"at the bottom) at each revision (columns, training order) of {panel.name}; grey: unknown. The dashed "
+        f"line tops the F1 floor (layers 0-{c.floor_layers - 1}). F1 {row.status}: {row.statement}."))
     matrix = sink_layer_matrix(panel)
     n_layers, n_revisions = matrix.shape
     per_layer = int(panel.layers.n_heads.max())
@@ -414,10 +414,10 @@ def labels_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     revisions = grid_revisions(panel)
     shown = "" if len(revisions) == len(panel.names) else f" ({len(revisions)} of {len(panel.names)} revisions)"
     plot = Plot(f"labels-{slug(panel.name)}", f"{panel.name}: head labels per revision", (
-        f"Each head's label at each revision of {panel.name}{shown}: rows are layers (0 at the bottom), columns heads. "
-        f"A head's label is its best class (largest selectivity of the six classes: attention to the class's target "
-        f"position over the baseline) when that selectivity is >= {c.thresholds.label_threshold:g}x, else unclassified. Hover "
-        "a cell for the head's numbers."))
+        f"Each head's label at each revision of {panel.name}{shown}: rows are layers (0 at the bottom), columns "
+        "heads. A head's label is its best class (largest selectivity of the six classes: attention to the "
+        "class's target position over the baseline) when that selectivity is >= "
+        f"{c.thresholds.label_threshold:g}x, else unclassified. Hover a cell for the head's numbers."))
     n_layers, n_heads = panel.heads.layer.max() + 1, panel.heads["head"].max() + 1
     ncols = min(len(revisions), 5)
     nrows = math.ceil(len(revisions) / ncols)
@@ -457,9 +457,9 @@ def induction_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
               f"the {len(heads)} heads with the highest induction selectivity at any revision (no head is >= "
               f"{c.thresholds.induction_threshold:g}x at the last revision, so there is no final circuit)")
     plot = Plot(f"induction-{slug(panel.name)}", f"{panel.name}: induction selectivity and capability", (
-        f"Induction selectivity (attention from the second A to the token after the first A, over the baseline; log "
-        f"axis) of {chosen}, with the {c.thresholds.induction_threshold:g}x circuit line; grey, right axis: top-1 accuracy of "
-        "the induction target at the query (capability)."))
+        "Induction selectivity (attention from the second A to the token after the first A, over the baseline; "
+        f"log axis) of {chosen}, with the {c.thresholds.induction_threshold:g}x circuit line; grey, right axis: "
+        "top-1 accuracy of the induction target at the query (capability)."))
     axis = time_axis(panel)
     x = axis.x[axis.drawn]
     selectivity = panel.wide("sel_induction")
@@ -500,12 +500,12 @@ def spectral_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     c = data.config
     row, numbers = finding(data, panel.name, "F5")
     plot = Plot(f"spectral-{slug(panel.name)}", f"{panel.name}: PR and selectivity per circuit head (F5)", (
-        f"Per final-circuit head of {panel.name}: participation ratio (blue, left axis; PR = exp of the entropy of "
-        "the normalised squared singular values of the head's outputs at the query) and induction selectivity (red, "
-        f"right, log; dashed: {c.thresholds.induction_threshold:g}x) on one time axis. Dotted: the revision where PR is first "
-        f"elevated (>= {c.pr_rise_fraction:g} of its largest rise above its running minimum, that rise >= "
-        f"{c.pr_min_rise:g}) and the one where selectivity first crosses {c.thresholds.induction_threshold:g}x. "
-        f"F5 {row.status}: {row.statement}."))
+        f"Per final-circuit head of {panel.name}: participation ratio (blue, left axis; PR = exp of the entropy "
+        "of the normalised squared singular values of the head's outputs at the query) and induction "
+        f"selectivity (red, right, log; dashed: {c.thresholds.induction_threshold:g}x) on one time axis. "
+        f"Dotted: the revision where PR is first elevated (>= {c.pr_rise_fraction:g} of its largest rise above "
+        f"its running minimum, that rise >= {c.pr_min_rise:g}) and the one where selectivity first crosses "
+        f"{c.thresholds.induction_threshold:g}x. F5 {row.status}: {row.statement}."))
     heads, final = trajectory_heads(panel, c)
     pr = panel.wide("pr")
     if pr.isna().all().all():
@@ -558,8 +558,8 @@ def recall_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     c = data.config
     row, numbers = finding(data, panel.name, "F4")
     plot = Plot(f"recall-{slug(panel.name)}", f"{panel.name}: recall of the final induction circuit (F4)", (
-        f"Share of {panel.name}'s final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at the last revision) "
-        f"already >= {c.thresholds.induction_threshold:g}x at each revision; dotted: "
+        f"Share of {panel.name}'s final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at "
+        f"the last revision) already >= {c.thresholds.induction_threshold:g}x at each revision; dotted: "
         f"{', '.join(f'{level:.0%}' for level in c.recall_levels)}. F4 {row.status}: {row.statement}."))
     heads, final = trajectory_heads(panel, c)
     if not final or len(panel.names) < 2:
@@ -599,13 +599,13 @@ def recall_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
 def ablations_plot(data: ReportData) -> Plot:
     """Per ablation: the deciding metric under each condition, and the circuit-vs-random differential."""
     plot = Plot("ablations", "Ablations: circuit vs matched-random heads", (
-        "One row per ablation (model, revision, circuit, mode). Left: the deciding metric (decided_by: top-1 when "
-        "the clean top-1 is >= 0.1, else the loss, unless --metric set it) with nothing ablated "
-        "(clean), with the circuit ablated, with matched-random heads ablated (same layers, same count per layer; "
-        "grey dots: one per seed; blue: their mean and 2.5-97.5 percentile range), with every head of the circuit's "
-        "layers ablated (upper bound), and with each circuit head alone. Right: the differential, damage(circuit) - "
-        "damage(random), with the ablation's bootstrap interval; the circuit is necessary when the interval lies "
-        "above 0."))
+        "One row per ablation (model, revision, circuit, mode). Left: the deciding metric (decided_by: top-1 "
+        "when the clean top-1 is >= 0.1, else the loss, unless --metric set it) with nothing ablated (clean), "
+        "with the circuit ablated, with matched-random heads ablated (same layers, same count per layer; grey "
+        "dots: one per seed; blue: their mean and 2.5-97.5 percentile range), with every head of the circuit's "
+        "layers ablated (upper bound), and with each circuit head alone. Right: the differential, "
+        "damage(circuit) - damage(random), with the ablation's bootstrap interval; the circuit is necessary "
+        "when the interval lies above 0."))
     if data.ablations is None:
         plot.note = "no ablations in these results"
         return plot
@@ -649,11 +649,11 @@ def family_circuits_plot(data: ReportData, family: str) -> Plot:
     row, numbers = family_finding(data, family, "circuit")
     seeds = data.families[family]
     plot = Plot(f"circuits-{slug(family)}", f"{family}: induction circuits across {len(seeds)} seeds", (
-        f"Left: each seed's own final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at that seed's last "
-        "revision) counted per layer; a head's identity does not carry over between seeds, so the layers and the size "
-        f"are what compares. Right: when it formed: the bracket of the first revision with >= "
-        f"{c.timing_induction_count} induction heads (bar; dot at its upper end) and the first revision with the whole "
-        f"final circuit (cross); dashed: the median over seeds. {row.statement}."))
+        f"Left: each seed's own final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at that "
+        "seed's last revision) counted per layer; a head's identity does not carry over between seeds, so the "
+        "layers and the size are what compares. Right: when it formed: the bracket of the first revision with "
+        f">= {c.timing_induction_count} induction heads (bar; dot at its upper end) and the first revision with "
+        f"the whole final circuit (cross); dashed: the median over seeds. {row.statement}."))
     heads = {int(s): h for s, h in numbers["heads"].items()}
     if not any(heads.values()):
         plot.note = "no seed has a final induction circuit"

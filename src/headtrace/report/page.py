@@ -202,10 +202,11 @@ def page(data: ReportData, overview: list[Plot], per_model: dict[str, list[Plot]
         sections.append(f'<section id="missing"><h2>What is missing</h2>{missing}</section>')
     notice = '<p class="gap">Some results are missing: <a href="#missing">what, and why</a>.</p>' if missing else ""
     title = f"headtrace report: {data.results_dir.name}"
+    counts = f'{_count(len(models), "model")}{_family_count(data)}, {_count(len(data.revisions), "revision")}'
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_e(title)}</title><style>{_asset("report.css")}</style></head>
-<body><header><h1>{_e(title)}</h1><p>{_count(len(models), "model")}{_family_count(data)}, {_count(len(data.revisions), "revision")} from
+<body><header><h1>{_e(title)}</h1><p>{counts} from
 {_e(data.results_dir)};
 headtrace {__version__}. Hover a point or a cell for its numbers.</p></header>
 <nav>{"".join(nav)}</nav><main>{notice}{"".join(sections)}</main>
