@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import functools
 import json
 import math
 import re
@@ -249,6 +250,7 @@ def naming_for(model: str, user: NameMap = NameMap()) -> Naming:
     return Naming(scheme_for(model), user)
 
 
+@functools.lru_cache(maxsize=65536)
 def parse_revision(name: str, tokens_per_step: float | None = None) -> Revision:
     """Read step and tokens from a revision name by the common forms (and the steps of every built-in
     scheme's forms); `tokens_per_step` gives tokens where the name carries none. Unknown forms have
