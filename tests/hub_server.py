@@ -78,11 +78,14 @@ def tiny_checkpoint(arch: str, seed: int) -> Callable[[], dict[str, bytes]]:
 
 
 class FakeRepo:
-    """A model repository: branch name -> files, each branch built on first use."""
+    """A model repository: branch name -> files, each branch built on first use. `same_commit` makes a
+    branch point at another's commit (as `main` and the last step branch can), so it serves its files."""
 
-    def __init__(self, repo_id: str, branches: dict[str, Callable[[], dict[str, bytes]]]):
+    def __init__(self, repo_id: str, branches: dict[str, Callable[[], dict[str, bytes]]],
+                 same_commit: dict[str, str] | None = None):
         self.repo_id = repo_id
         self._builders = branches
+        self._same = same_commit or {}
         self._files: dict[str, dict[str, bytes]] = {}
         self._lock = threading.Lock()
 
@@ -91,7 +94,7 @@ class FakeRepo:
         return list(self._builders)
 
     def commit(self, branch: str) -> str:
-        return hashlib.sha1(f"{self.repo_id}@{branch}".encode()).hexdigest()
+        return hashlib.sha1(f"{self.repo_id}@{self._same.get(branch, branch)}".encode()).hexdigest()
 
     def resolve(self, revision: str) -> str | None:
         """The branch a revision (branch name or commit) names, or None."""
@@ -100,6 +103,7 @@ class FakeRepo:
         return next((b for b in self._builders if self.commit(b) == revision), None)
 
     def files(self, branch: str) -> dict[str, bytes]:
+        branch = self._same.get(branch, branch)
         with self._lock:
             if branch not in self._files:
                 self._files[branch] = self._builders[branch]()

@@ -16,7 +16,7 @@ import pytest
 from headtrace import sources
 from headtrace.errors import HeadtraceError
 from headtrace.panel import load_panel, run_panel
-from headtrace.revisions import parse_revision
+from headtrace.revisions import NameMap, parse_revision
 from headtrace.sources import HubSource, LocalSource, RetryPolicy
 from headtrace.store import read_results
 from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, FakeRepo, Fault
@@ -156,7 +156,7 @@ def save_checkpoints(root: Path, names_and_seeds: dict[str, int]) -> None:
 def test_local_directory_tokens_from_names_and_weights_hashed(tmp_path):
     save_checkpoints(tmp_path, {"step100": 0, "step300": 1})
     shutil.copytree(tmp_path / "step100", tmp_path / "step200")  # the same weights under another name
-    source = LocalSource(str(tmp_path), model="mine", tokens_per_step=1000)
+    source = LocalSource(str(tmp_path), model="mine", names=NameMap(tokens_per_step=1000))
     revisions = source.revisions()
     assert [(r.name, r.tokens) for r in revisions] == [("step100", 1e5), ("step200", 2e5), ("step300", 3e5)]
     hashes = [source.fetch(r).checkpoint_hash for r in revisions]

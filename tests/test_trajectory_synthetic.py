@@ -296,6 +296,19 @@ def test_unknown_tokens():
     assert rows["F4"].status == "not measurable" and "tokens unknown" in rows["F4"].statement
 
 
+def test_tokens_unknown_for_later_revisions_are_named():
+    """Revisions without tokens come after those with, by step; a finding that needs their tokens says
+    which ones it lacks."""
+    induction = np.ones((4, 16))
+    induction[1:, :3] = 80.0
+    heads = make_heads(4, tokens=[1e9, 2e9, np.nan, np.nan], sel_first=sink_selectivity([0, 0, 0, 10]),
+                       sel_induction=induction)
+    rows = by_finding(heads)
+    assert rows["F3"].status == "not measurable" and rows["F3"].statement.startswith("tokens unknown for step4, step8")
+    assert rows["F4"].status == "not measurable" and rows["F4"].statement.endswith("tokens unknown for step8")
+    assert rows["F2"].status == "sharp"  # the shape needs no tokens
+
+
 def test_two_models_in_one_results_directory(tmp_path):
     """Through the store: shards of two models, findings per model, revisions ordered by tokens."""
     sharp = make_heads(4, model="org/sharp", sel_first=sink_selectivity([0, 0, 12, 12]))

@@ -233,6 +233,12 @@ REVISION = typer.Option(None, help="Hub revision (branch, tag or commit), or the
 TRUST_REMOTE_CODE = typer.Option(False, help="Let transformers run the model repository's own code.")
 CACHE_DIR = typer.Option(None, help="Hub cache folder [HF_HUB_CACHE].")
 NAME = typer.Option(None, help="The model's name in tables and file names [the hub id, or a local folder's name].")
+# A map of revision names to tokens, for series no built-in scheme reads (docs/revisions.md).
+TOKENS_PER_STEP = typer.Option(None, help="Tokens per training step, for a revision name that carries none.")
+REVISION_PATTERN = typer.Option(None, help="Regular expression for revision names no built-in scheme knows: its "
+                                "group named step (or its only group) is the step, times --tokens-per-step.")
+REVISION_TOKENS = typer.Option(None, help="Table of revisions with their tokens: .csv (columns revision, tokens, "
+                               "step) or .json (a list of {revision, step, tokens}).")
 
 
 # The screen config's options (parameter -> its ScreenConfig field, type and option), shared by every
@@ -303,15 +309,20 @@ def screen(
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     cache_dir: Optional[Path] = CACHE_DIR,
     all_heads: bool = typer.Option(False, "--all", help="Print every labelled head, not only the strongest."),
+    tokens_per_step: Optional[float] = TOKENS_PER_STEP,
+    revision_pattern: Optional[str] = REVISION_PATTERN,
+    revision_tokens: Optional[Path] = REVISION_TOKENS,
 ) -> None:
     """Screen one checkpoint: classify every head in one streamed pass."""
     from headtrace.models import preflight
+    from headtrace.revisions import NameMap
     from headtrace.screen import screen_checkpoint
     from headtrace.sources import checkpoint_location
     from headtrace.store import check_writable
 
     _quiet_transformers()
-    location, hub_revision, _ = checkpoint_location(model, revision)
+    names = NameMap(tokens_per_step, revision_pattern, NameMap.read_table(revision_tokens) if revision_tokens else ())
+    location, hub_revision, tokens = checkpoint_location(model, revision, names)
     cache = str(cache_dir) if cache_dir else None
     with console.status(f"checking {escape(model)}"):
         config, _ = preflight(location, config, hub_revision, trust_remote_code, cache)
@@ -321,7 +332,8 @@ def screen(
     with on_interrupt("nothing was written", again="run it again"), \
             progress_bar(f"screen {name}", waiting=f"load {_label(name, revision)}") as advance:
         result = screen_checkpoint(model, revision=revision, config=config, out=str(out) if out else None,
-                                   progress=advance, name=name, trust_remote_code=trust_remote_code, cache_dir=cache)
+                                   progress=advance, name=name, trust_remote_code=trust_remote_code, cache_dir=cache,
+                                   tokens=tokens)
     print_screen_summary(result, all_heads)
     if out:
         console.print(f"results written to {out}/", highlight=False, markup=False)
@@ -692,6 +704,8 @@ class RunProgress:
                                 for name, t in plan.stages.items() if t.todo or t.kept))
         for gap in plan.missing:
             console.print(f"[yellow]missing:[/] {escape(gap.text())}", highlight=False)
+        for note in plan.notes:
+            console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
         self.done, self.total = done, len(plan.planned)
         self.panel = self.progress.add_task(f"panel {self.name}", total=self.total, completed=done,
                                             info=f"{done}/{self.total} revisions")

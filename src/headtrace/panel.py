@@ -12,7 +12,9 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     source = "hub"                       # hub | local | organism
     revisions = ["step1", "step4"]       # or "log:10" (log-spaced by tokens) or "all"
     # path = "checkpoints/run1"          # local and organism sources (relative to this file)
-    # tokens_per_step = 4194304          # stepN names of schemes headtrace does not know
+    # tokens_per_step = 4194304          # names headtrace cannot read tokens from (docs/revisions.md):
+    # revision_pattern = "ckpt-(\\d+)"    # ... the step of names no scheme knows, x tokens_per_step
+    # revision_tokens = "tokens.csv"     # ... or a table of names with their tokens (and steps)
     # expect = { F2 = "gradual" }        # expected result of a measurement finding: as expected / differs
     # dtype = "float16"                  # this model's compute dtype (default: the [screen] dtype)
     # seeds = [1, 2, 3]                  # a seed family: {seed} in id (and path) names each member;
@@ -53,6 +55,7 @@ from headtrace.executors import (EXECUTORS, ExecutionOptions, QuietReporter, Ray
 from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members
 from headtrace.organism.config import ORGANISM_FILE, Organism
 from headtrace.schema import DTYPES, FLAT_TYPES, ScreenConfig
+from headtrace.revisions import NameMap, selection_notes
 from headtrace.sources import SOURCES, CheckpointSource, RetryPolicy
 from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
 from headtrace.store import (MANIFEST_SCHEMA, OutputLock, ResultsDir, check_written_by_us, identical_weights,
@@ -72,7 +75,7 @@ class ModelSpec:
     revisions: str | tuple[str, ...]
     source: str = "hub"
     path: str | None = None
-    tokens_per_step: float | None = None
+    names: NameMap = NameMap()  # the entry's map of revision names to tokens (revisions.py)
     expect: tuple[tuple[str, str], ...] = ()  # (finding, expected result), e.g. (("F2", "gradual"),)
     dtype: str | None = None  # the compute dtype of this model's screens (default: the [screen] dtype)
     family: str | None = None  # a seed family's name (families.py); None for a single model
@@ -81,7 +84,7 @@ class ModelSpec:
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
     def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
-        return SOURCES.get(self.source).make(self.id, self.path, self.tokens_per_step, retry)
+        return SOURCES.get(self.source).make(self.id, self.path, self.names, retry)
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ _MODEL_KEYS = {
     "path": "str",
     "revisions": "revisions",
     "tokens_per_step": "float",
+    "revision_pattern": "str",
+    "revision_tokens": "str",
     "expect": "table",
     "dtype": "str",
     "seeds": "seeds",
@@ -280,8 +285,7 @@ def load_panel(path: str | Path) -> Panel:
             raise check.fail(
                 table, "path", f"model '{values['id']}' comes from the {source}: drop path, or set source"
             )
-        if values.get("tokens_per_step") is not None and values["tokens_per_step"] <= 0:
-            raise check.fail(table, "tokens_per_step", "tokens_per_step must be positive")
+        values["names"] = _name_map(check, table, values, base)
         if "dtype" in values:
             check.choice(table, "dtype", values["dtype"], DTYPES)
         if "expect" in values:
@@ -313,6 +317,26 @@ def load_panel(path: str | Path) -> Panel:
     )
 
 
+def _name_map(check: _Checker, table: str, values: dict, base: Path) -> NameMap:
+    """An entry's `tokens_per_step`, `revision_pattern` and `revision_tokens` (a table file, relative to
+    the panel file) as one NameMap, each checked now; the keys leave `values`."""
+    readers = {"tokens_per_step": lambda value: {"tokens_per_step": value},
+               "revision_pattern": lambda value: {"pattern": value},
+               "revision_tokens": lambda value: {"table": NameMap.read_table(base / value)}}
+    parts: dict = {}
+    for key, read in readers.items():
+        value = values.pop(key, None)
+        if value is None:
+            continue
+        try:
+            part = read(value)
+            NameMap(**part)
+        except HeadtraceError as exc:
+            raise check.fail(table, key, str(exc)) from None
+        parts |= part
+    return NameMap(**parts)
+
+
 def _stage_plan(check: _Checker, name: str, values) -> StagePlan:
     """A stage's section: its settings (checked as the stage declares them) and its revisions."""
     kind = STAGES.get(name)
@@ -328,19 +352,26 @@ def _stage_plan(check: _Checker, name: str, values) -> StagePlan:
         raise check.fail(name, None, str(exc)) from None
 
 
-def plan(panel: Panel, missing: list[Gap] | None = None, models: Sequence[ModelSpec] | None = None) -> list[Task]:
+def plan(panel: Panel, missing: list[Gap] | None = None, models: Sequence[ModelSpec] | None = None,
+         notes: list[str] | None = None) -> list[Task]:
     """One task per (model, revision), every revision checked against the names that exist. A seed
     family's members are resolved together (families.select_members): revisions a member lacks go
-    to `missing`. `models`: plan only these (default: all)."""
+    to `missing`. `models`: plan only these (default: all). `notes`: what each selection left out
+    or cannot measure (revisions.selection_notes)."""
     tasks = []
     for group in groups(panel.models if models is None else models):
         sources = [model.checkpoint_source(panel.retry) for model in group]
         name = group[0].family or group[0].id
         where = f"{panel.path}:{group[0].line}: {name}" if panel.path else name
-        chosen, gaps = select_members(group, [source.revisions() for source in sources], where)
+        catalogs = [source.revisions() for source in sources]
+        chosen, gaps = select_members(group, catalogs, where)
         tasks += [Task(source, revision) for source, revisions in zip(sources, chosen) for revision in revisions]
         if missing is not None:
             missing += gaps
+        if notes is not None:
+            for model, catalog, revisions in zip(group, catalogs, chosen):
+                label = where if len(group) == 1 else f"{where} ({model.id})"
+                notes += selection_notes(catalog, revisions, group[0].revisions, label)
     return tasks
 
 
@@ -434,6 +465,7 @@ class RunOutcome:
     stale_lock: dict | None = None
     stages: dict[str, "StageTally"] = field(default_factory=dict)  # per stage after the screen
     missing: list[Gap] = field(default_factory=list)  # revisions of its family's selection a member lacks
+    notes: list[str] = field(default_factory=list)  # what the revision selections left out or cannot measure
 
 
 @dataclass
@@ -465,7 +497,8 @@ def run_panel(
     EXECUTORS.get(executor)
     train_pending(panel, train_one)
     missing: list[Gap] = []
-    tasks = plan(panel, missing)
+    notes: list[str] = []
+    tasks = plan(panel, missing, notes=notes)
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -477,6 +510,7 @@ def run_panel(
         runs = results.existing_runs()
         check_written_by_us(results, runs)
         result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing)
+from headtrace.revisions import NameMap, selection_notes
         written = dict(zip(runs.shard, runs.config_hash))
         targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}
         result.stages = {p.stage.name: StageTally() for p in panel.stages}

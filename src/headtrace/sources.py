@@ -13,6 +13,10 @@ a directory `load_model` reads) and removes what it downloaded (`release()`).
   `revisions.json` there (a list of {"revision", "step", "tokens"}) gives token counts; the model
   organism's trainer writes one, and `organism=True` requires it. Nothing local is ever deleted.
 
+Both read revision names with the model's naming (revisions.py: a user's `NameMap` over the
+built-in scheme of the model's repository); the hub's commits make `main` an alias of the branch
+at the same commit.
+
 A checkpoint's hash is the sha256 of its weight files' names and sha256 digests, so identical
 weights published under two revisions (Pythia issue #205) show up as equal hashes.
 """
@@ -34,7 +38,7 @@ from filelock import FileLock
 from headtrace.errors import DiskFull, HeadtraceError
 from headtrace.organism.config import REVISIONS_FILE
 from headtrace.registry import Registry
-from headtrace.revisions import Revision, catalog, select, tokens_per_step_for
+from headtrace.revisions import NameMap, Revision, catalog, naming_for, select, training_key
 
 ByteProgress = Callable[[int, int], None]  # (bytes done so far, bytes in total) for one revision
 
@@ -198,7 +202,7 @@ class HubSource:
     """A model repository on the Hugging Face Hub (or a mirror at HF_ENDPOINT)."""
 
     repo_id: str
-    tokens_per_step: float | None = None
+    names: NameMap = NameMap()
     retry: RetryPolicy = RetryPolicy()
 
     @property
@@ -211,9 +215,10 @@ class HubSource:
     def revisions(self) -> list[Revision]:
         """Branches and tags of the repository (offline: the refs in the local cache)."""
         settings = hub_settings()
-        tokens_per_step = self.tokens_per_step or tokens_per_step_for(self.repo_id)
+        naming = naming_for(self.repo_id, self.names)
         if settings.offline:
-            return catalog(self._cached_refs(settings), tokens_per_step)
+            commits = self._cached_refs(settings)
+            return catalog(commits, naming, commits)
         from huggingface_hub import HfApi  # loaded when the hub is asked
 
         refs = self._call(
@@ -221,20 +226,22 @@ class HubSource:
             "list the revisions of",
             settings,
         )
-        return catalog([ref.name for ref in refs.branches + refs.tags], tokens_per_step)
+        commits = {ref.name: ref.target_commit for ref in refs.branches + refs.tags}
+        return catalog(commits, naming, commits)
 
-    def _cached_refs(self, settings: HubSettings) -> list[str]:
+    def _cached_refs(self, settings: HubSettings) -> dict[str, str]:
+        """The refs in the local cache, each with its commit."""
         from huggingface_hub import scan_cache_dir  # loaded when the hub is asked
 
         cache = Path(settings.cache_dir)
         repos = scan_cache_dir(cache).repos if cache.is_dir() else ()
-        refs = [
-            ref
+        refs = {
+            ref: rev.commit_hash
             for repo in repos
             if repo.repo_id == self.repo_id and repo.repo_type == "model"
             for rev in repo.revisions
             for ref in rev.refs
-        ]
+        }
         if not refs:
             raise HeadtraceError(
                 f"HF_HUB_OFFLINE is set and '{self.repo_id}' has no revisions in the cache "
@@ -479,7 +486,7 @@ class LocalSource:
 
     root: str
     model: str
-    tokens_per_step: float | None = None
+    names: NameMap = NameMap()
     organism: bool = False
 
     @property
@@ -504,7 +511,7 @@ class LocalSource:
         names = [p.name for p in root.iterdir() if (p / "config.json").is_file()]
         if not names:
             raise HeadtraceError(f"'{root}' holds no checkpoint folders (subfolders with a config.json)")
-        return catalog(names, self.tokens_per_step)
+        return catalog(names, naming_for(self.model, self.names))
 
     def _listed(self, listed: Path) -> list[Revision]:
         try:
@@ -521,7 +528,7 @@ class LocalSource:
             raise HeadtraceError(
                 f'\'{listed}\' is not a list of {{"revision", "step", "tokens"}} objects ({exc})'
             ) from None
-        return sorted(revisions, key=lambda r: (r.tokens is None, r.tokens or 0.0, r.step or 0, r.name))
+        return sorted(revisions, key=training_key)
 
     def fetch(self, revision: Revision, progress: ByteProgress | None = None) -> Checkpoint:
         folder = Path(self.root) / revision.name
@@ -554,18 +561,17 @@ def _local_checkpoint(source: str, revision: Revision, folder: Path, started: fl
 
 @dataclass(frozen=True)
 class SourceKind:
-    """How a panel model's entry becomes a checkpoint source: `make(id, path, tokens_per_step, retry)`."""
+    """How a panel model's entry becomes a checkpoint source: `make(id, path, names, retry)` (names: the
+    entry's map of revision names to tokens)."""
 
-    make: Callable[[str, str | None, float | None, RetryPolicy], CheckpointSource]
+    make: Callable[[str, str | None, NameMap, RetryPolicy], CheckpointSource]
     needs_path: bool = True  # the entry must give `path` (a local folder); False: it must not
 
 
 SOURCES: Registry[SourceKind] = Registry("source")
-SOURCES.add("hub", SourceKind(lambda id, path, tokens_per_step, retry: HubSource(id, tokens_per_step, retry),
-                              needs_path=False))
-SOURCES.add("local", SourceKind(lambda id, path, tokens_per_step, retry: LocalSource(path, id, tokens_per_step)))
-SOURCES.add("organism", SourceKind(
-    lambda id, path, tokens_per_step, retry: LocalSource(path, id, tokens_per_step, organism=True)))
+SOURCES.add("hub", SourceKind(lambda id, path, names, retry: HubSource(id, names, retry), needs_path=False))
+SOURCES.add("local", SourceKind(lambda id, path, names, retry: LocalSource(path, id, names)))
+SOURCES.add("organism", SourceKind(lambda id, path, names, retry: LocalSource(path, id, names, organism=True)))
 
 
 def is_local(model: str) -> bool:
@@ -573,17 +579,21 @@ def is_local(model: str) -> bool:
     return model.endswith(".gguf") or model.startswith((".", "/", "~")) or Path(model).exists()
 
 
-def checkpoint_location(model: str, revision: str | None) -> tuple[str, str | None, float | None]:
+def checkpoint_location(model: str, revision: str | None,
+                        names: NameMap = NameMap()) -> tuple[str, str | None, float | None]:
     """Where MODEL at REVISION loads from: (location, hub revision, tokens seen).
 
-    A hub id passes through. A local checkpoint (a folder with a config.json, a .gguf file) has no
+    A hub id passes through, with the tokens its revision name gives (`names` over the repository's
+    scheme; None where unknown). A local checkpoint (a folder with a config.json, a .gguf file) has no
     revisions: a revision would only label its result wrongly, so it is refused. A folder of
     checkpoints (an organism's output, or one subfolder per revision) serves its subfolders."""
-    if revision is None or not is_local(model):
+    if revision is None:
         return model, revision, None
+    if not is_local(model):
+        return model, revision, catalog([revision], naming_for(model, names))[0].tokens
     folder = Path(model).expanduser()
     if folder.is_dir() and not (folder / "config.json").is_file():
-        source = LocalSource(str(folder), model=model, organism=(folder / REVISIONS_FILE).is_file())
+        source = LocalSource(str(folder), model=model, names=names, organism=(folder / REVISIONS_FILE).is_file())
         [found] = select(source.revisions(), [revision], model)
         return str(folder / found.name), None, found.tokens
     kind = "GGUF file" if model.endswith(".gguf") else "checkpoint folder"

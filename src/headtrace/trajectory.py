@@ -365,8 +365,12 @@ def timing(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
         [f"{induction.name} (max {induction.value:g} heads)"] if induction.index is None else [])
     if never:
         return Finding("F3", "timing", claim, NOT_MEASURABLE, "never reached: " + "; ".join(never), numbers)
-    if not (np.isfinite(sink.tokens) and np.isfinite(induction.tokens)):
-        return Finding("F3", "timing", claim, NOT_MEASURABLE, "tokens unknown for the milestone revisions", numbers)
+    brackets = ((sink.revision, sink.tokens), (sink.previous_revision, sink.previous_tokens),
+                (induction.revision, induction.tokens), (induction.previous_revision, induction.previous_tokens))
+    unknown = sorted({revision for revision, tokens in brackets if revision is not None and not np.isfinite(tokens)})
+    if unknown:
+        return Finding("F3", "timing", claim, NOT_MEASURABLE,
+                       f"tokens unknown for {', '.join(unknown)}, which bracket the milestones", numbers)
     ratio = sink.tokens / induction.tokens
     low = sink.previous_tokens / induction.tokens
     high = sink.tokens / induction.previous_tokens if induction.previous_tokens > 0 else math.inf
@@ -422,8 +426,10 @@ def early_identification(panel: ModelTrajectory, config: TrajectoryConfig) -> Fi
     early = first_reaching(rows, "early", "recall", config.early_recall)
     share = early.tokens / total
     if not np.isfinite(share):
+        unknown = dict.fromkeys(name for name, tokens in ((early.revision, early.tokens), (panel.names[-1], total))
+                                if not np.isfinite(tokens))
         return Finding("F4", "early identification", claim, NOT_MEASURABLE,
-                       statement + "; tokens unknown", numbers)
+                       statement + f"; tokens unknown for {', '.join(unknown)}", numbers)
     return Finding("F4", "early identification", claim,
                    HOLDS if share <= config.early_share else DOES_NOT_HOLD, statement, numbers)
 
