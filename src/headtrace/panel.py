@@ -509,8 +509,7 @@ def run_panel(
     with OutputLock(results) as lock:
         runs = results.existing_runs()
         check_written_by_us(results, runs)
-        result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing)
-from headtrace.revisions import NameMap, selection_notes
+        result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing, notes=notes)
         written = dict(zip(runs.shard, runs.config_hash))
         targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}
         result.stages = {p.stage.name: StageTally() for p in panel.stages}
