@@ -13,12 +13,11 @@ each is a set of overrides of a base recipe, so the table records what each chan
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -68,29 +67,109 @@ class Candidate:
 T64 = {"seq_len": 64, "vocab_size": 256, "steps": 3000}
 CANDIDATES: dict[str, dict] = {
     "text-6x6": {},
-    "g2-d96": {**T64, "corpus": "grammar", "n_classes": 4, "copy_share": 0.15, "n_heads": 6, "d_model": 96,
-               "span_min": 8, "span_max": 16},
-    "uni1024-d96-c10": {**T64, "corpus": "zipf", "zipf_exponent": 0.0, "vocab_size": 1024, "copy_share": 0.10,
-                        "d_model": 96, "span_min": 8, "span_max": 16},
-    "rep-d96": {**T64, "corpus": "zipf", "copy_sequences": 0.25, "copy_share": 0.4, "d_model": 96,
-                "span_min": 8, "span_max": 30},
+    "g2-d96": {
+        **T64,
+        "corpus": "grammar",
+        "n_classes": 4,
+        "copy_share": 0.15,
+        "n_heads": 6,
+        "d_model": 96,
+        "span_min": 8,
+        "span_max": 16,
+    },
+    "uni1024-d96-c10": {
+        **T64,
+        "corpus": "zipf",
+        "zipf_exponent": 0.0,
+        "vocab_size": 1024,
+        "copy_share": 0.10,
+        "d_model": 96,
+        "span_min": 8,
+        "span_max": 16,
+    },
+    "rep-d96": {
+        **T64,
+        "corpus": "zipf",
+        "copy_sequences": 0.25,
+        "copy_share": 0.4,
+        "d_model": 96,
+        "span_min": 8,
+        "span_max": 30,
+    },
     "toy-6x6": {**T64, "corpus": "zipf", "copy_share": 0.44, "span_min": 8, "span_max": 30},
     "zipf-6x6-c20": {**T64, "corpus": "zipf", "copy_share": 0.20, "span_min": 8, "span_max": 30},
-    "tri-c10": {**T64, "corpus": "grammar", "n_classes": 4, "topics": False, "grammar_share": 0.8,
-                "noise_copies": True, "copy_share": 0.10, "span_min": 8, "span_max": 16},
-    "toy-3x4-b16": {**T64, "corpus": "zipf", "copy_share": 0.44, "span_min": 8, "span_max": 30, "n_layers": 3,
-                    "n_heads": 4, "d_model": 128, "d_mlp": 256, "weight_decay": 0.01, "warmup_steps": 50},
-    "toy-3x4": {**T64, "corpus": "zipf", "copy_share": 0.44, "span_min": 8, "span_max": 30, "n_layers": 3,
-                "n_heads": 4, "d_model": 128, "d_mlp": 256, "weight_decay": 0.01, "warmup_steps": 50, "batch_size": 32,
-                "steps": 2000},
-    "tri-c10-b32": {**T64, "corpus": "grammar", "n_classes": 4, "topics": False, "grammar_share": 0.8,
-                    "noise_copies": True, "copy_share": 0.10, "span_min": 8, "span_max": 16, "batch_size": 32},
-    "cls-c10-b32": {**T64, "corpus": "classes", "n_classes": 4, "grammar_share": 0.8, "copy_share": 0.10,
-                    "span_min": 8, "span_max": 16, "batch_size": 32},
+    "tri-c10": {
+        **T64,
+        "corpus": "grammar",
+        "n_classes": 4,
+        "topics": False,
+        "grammar_share": 0.8,
+        "noise_copies": True,
+        "copy_share": 0.10,
+        "span_min": 8,
+        "span_max": 16,
+    },
+    "toy-3x4-b16": {
+        **T64,
+        "corpus": "zipf",
+        "copy_share": 0.44,
+        "span_min": 8,
+        "span_max": 30,
+        "n_layers": 3,
+        "n_heads": 4,
+        "d_model": 128,
+        "d_mlp": 256,
+        "weight_decay": 0.01,
+        "warmup_steps": 50,
+    },
+    "toy-3x4": {
+        **T64,
+        "corpus": "zipf",
+        "copy_share": 0.44,
+        "span_min": 8,
+        "span_max": 30,
+        "n_layers": 3,
+        "n_heads": 4,
+        "d_model": 128,
+        "d_mlp": 256,
+        "weight_decay": 0.01,
+        "warmup_steps": 50,
+        "batch_size": 32,
+        "steps": 2000,
+    },
+    "tri-c10-b32": {
+        **T64,
+        "corpus": "grammar",
+        "n_classes": 4,
+        "topics": False,
+        "grammar_share": 0.8,
+        "noise_copies": True,
+        "copy_share": 0.10,
+        "span_min": 8,
+        "span_max": 16,
+        "batch_size": 32,
+    },
+    "cls-c10-b32": {
+        **T64,
+        "corpus": "classes",
+        "n_classes": 4,
+        "grammar_share": 0.8,
+        "copy_share": 0.10,
+        "span_min": 8,
+        "span_max": 16,
+        "batch_size": 32,
+    },
     "zipf-d96-c15": {**T64, "corpus": "zipf", "copy_share": 0.15, "d_model": 96, "span_min": 8, "span_max": 16},
     "zipf-64": {**T64, "corpus": "zipf", "span_min": 8, "span_max": 16},
-    "markov3-64": {**T64, "corpus": "grammar", "order": 3, "grammar_share": 0.7, "topics": False,
-                   "span_min": 8, "span_max": 16},
+    "markov3-64": {
+        **T64,
+        "corpus": "grammar",
+        "order": 3,
+        "grammar_share": 0.7,
+        "topics": False,
+        "span_min": 8,
+        "span_max": 16,
+    },
     "grammar-6x6": {"corpus": "grammar"},
     "text-6x6-wd0": {"weight_decay": 0.01},
     "text-6x6-lr1e3": {"lr": 1e-3},
@@ -118,8 +197,12 @@ def text_tokens(vocab_size: int) -> tuple[np.ndarray, object]:
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<bos>", "<eos>", "<unk>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<bos>", "<eos>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(texts, trainer)
     stream = []
     for text in texts:
@@ -156,7 +239,7 @@ class Grammar:
             if from_grammar[i] and c.n_classes:
                 seq[i] = self.table[(int(seq[i - 2]) % c.n_classes) * c.vocab_size + int(seq[i - 1]), choices[i]]
             elif from_grammar[i]:
-                key = int((seq[i - c.order: i] * self.mult).sum() % 4096)
+                key = int((seq[i - c.order : i] * self.mult).sum() % 4096)
                 seq[i] = self.table[key, choices[i]]
             else:
                 seq[i] = topic_draws[i]
@@ -165,7 +248,7 @@ class Grammar:
 
 def zipf(rng: np.random.Generator, c: Candidate, size) -> np.ndarray:
     ranks = np.arange(1, c.vocab_size - N_SPECIALS + 1, dtype=np.float64)
-    weights = ranks ** -c.zipf_exponent
+    weights = ranks**-c.zipf_exponent
     return rng.choice(c.vocab_size - N_SPECIALS, size=size, p=weights / weights.sum()) + N_SPECIALS
 
 
@@ -178,8 +261,8 @@ def copy_spans(seq: np.ndarray, rng: np.random.Generator, c: Candidate) -> None:
         source = int(rng.integers(0, len(seq) - 2 * length + 1))
         dest = int(rng.integers(source + length, len(seq) - length + 1))
         if c.noise_copies:
-            seq[source: source + length] = zipf(rng, c, length)
-        seq[dest: dest + length] = seq[source: source + length]
+            seq[source : source + length] = zipf(rng, c, length)
+        seq[dest : dest + length] = seq[source : source + length]
 
 
 class ClassGrammar:
@@ -230,7 +313,7 @@ class Corpus:
         for _ in range(c.batch_size):
             if c.corpus == "text":
                 start = int(rng.integers(0, len(self.stream) - body))
-                seq = self.stream[start: start + body].copy()
+                seq = self.stream[start : start + body].copy()
             elif c.corpus in ("grammar", "classes"):
                 seq = self.grammar.sequence(rng, body)
             else:
@@ -256,8 +339,15 @@ def screen_config(c: Candidate):
     from headtrace.schema import ScreenConfig
 
     baseline = "reference" if c.seq_len - 1 >= 127 else "clean"
-    return ScreenConfig.of(n_examples=256, seq_len=c.seq_len - 1, id_low=N_SPECIALS, id_high=c.vocab_size,
-                           prepend_bos=True, batch_size=64, baseline=baseline)
+    return ScreenConfig.of(
+        n_examples=256,
+        seq_len=c.seq_len - 1,
+        id_low=N_SPECIALS,
+        id_high=c.vocab_size,
+        prepend_bos=True,
+        batch_size=64,
+        baseline=baseline,
+    )
 
 
 def summarise(heads, n_layers: int) -> dict:
@@ -266,7 +356,8 @@ def summarise(heads, n_layers: int) -> dict:
         "induction": heads.loc[heads.induction_circuit, "head_id"].tolist(),
         "best_induction": float(heads.sel_induction.max()),
         "sinks_per_layer": [int((sinks.layer == l).sum()) for l in range(n_layers)],
-        "sinks": int(heads.sink.sum()), "gu_sinks": int(heads.gu_sink.sum()),
+        "sinks": int(heads.sink.sum()),
+        "gu_sinks": int(heads.gu_sink.sum()),
         "sinks_also_gu": int((heads.sink & heads.gu_sink).sum()),
         "previous": int(heads.previous_any.sum()),
     }
@@ -287,14 +378,23 @@ def run(name: str, seed: int, threads: int, out: Path) -> dict:
     torch.set_num_threads(threads)
     corpus = Corpus(c, seed)
     torch.manual_seed(seed)
-    recipe = Recipe(n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_mlp=c.d_mlp, rotary_pct=c.rotary_pct,
-                    init_std=c.init_std)
+    recipe = Recipe(
+        n_layers=c.n_layers,
+        n_heads=c.n_heads,
+        d_model=c.d_model,
+        d_mlp=c.d_mlp,
+        rotary_pct=c.rotary_pct,
+        init_std=c.init_std,
+    )
     model = build_model(recipe, c.vocab_size, context=2 * c.seq_len)
     model.train()
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": c.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=c.lr, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": c.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=c.lr,
+        betas=(0.9, 0.95),
+    )
 
     def lr_factor(step: int) -> float:
         if step < c.warmup_steps:
@@ -321,45 +421,94 @@ def run(name: str, seed: int, threads: int, out: Path) -> dict:
         if step in saves:
             t0 = time.perf_counter()
             with training_state_kept(model):
-                result = screen(ModelAdapter(model), probe, config, name, f"step{step:06d}",
-                                step * c.batch_size * c.seq_len)
+                result = screen(
+                    ModelAdapter(model), probe, config, name, f"step{step:06d}", step * c.batch_size * c.seq_len
+                )
             screen_s += time.perf_counter() - t0
             heads = result.heads
-            row = {"step": step, "tokens": step * c.batch_size * c.seq_len, "loss": float(np.mean(losses[-20:])),
-                   "top1": float(result.run.top1.iloc[0]), **summarise(heads, c.n_layers)}
+            row = {
+                "step": step,
+                "tokens": step * c.batch_size * c.seq_len,
+                "loss": float(np.mean(losses[-20:])),
+                "top1": float(result.run.top1.iloc[0]),
+                **summarise(heads, c.n_layers),
+            }
             trajectory.append(row)
             write_summary(out, name, seed, threads, started, screen_s, trajectory, heads, None, complete=False)
-            print(f"{name} s{seed} step {step}: loss {row['loss']:.3f} top1 {row['top1']:.2f} ind {row['induction']} "
-                  f"best {row['best_induction']:.1f} sinks/layer {row['sinks_per_layer']} gu {row['gu_sinks']} "
-                  f"prev {row['previous']}", flush=True)
+            print(
+                f"{name} s{seed} step {step}: loss {row['loss']:.3f} top1 {row['top1']:.2f} ind {row['induction']} "
+                f"best {row['best_induction']:.1f} sinks/layer {row['sinks_per_layer']} gu {row['gu_sinks']} "
+                f"prev {row['previous']}",
+                flush=True,
+            )
     train_s = time.perf_counter() - started
     final_heads = heads
-    circuit = tuple((int(l), int(h)) for l, h in final_heads.loc[final_heads.induction_circuit, ["layer", "head"]].to_numpy())
+    circuit = tuple(
+        (int(l), int(h)) for l, h in final_heads.loc[final_heads.induction_circuit, ["layer", "head"]].to_numpy()
+    )
     ablation = None
     if circuit:
         t0 = time.perf_counter()
         with training_state_kept(model):
             table = ablate(ModelAdapter(model), probe, circuit, AblationConfig(draws=20, singles=False), config).table
         rand = table[table.condition == "random"]
-        ablation = {"verdict": str(table.verdict.iloc[0]), "decided_by": str(table.decided_by.iloc[0]),
-                    "differential": float(table.differential.iloc[0]), "low": float(table.differential_low.iloc[0]),
-                    "high": float(table.differential_high.iloc[0]), "shortfall": int(rand.shortfall.max()),
-                    "clean_top1": float(table.loc[table.condition == "clean", "top1"].iloc[0]),
-                    "circuit_top1": float(table.loc[table.condition == "circuit", "top1"].iloc[0]),
-                    "random_top1": float(rand.top1.mean()), "wall_s": time.perf_counter() - t0}
-    return write_summary(out, name, seed, threads, started, screen_s, trajectory, final_heads, ablation,
-                         complete=True, train_s=train_s)
+        ablation = {
+            "verdict": str(table.verdict.iloc[0]),
+            "decided_by": str(table.decided_by.iloc[0]),
+            "differential": float(table.differential.iloc[0]),
+            "low": float(table.differential_low.iloc[0]),
+            "high": float(table.differential_high.iloc[0]),
+            "shortfall": int(rand.shortfall.max()),
+            "clean_top1": float(table.loc[table.condition == "clean", "top1"].iloc[0]),
+            "circuit_top1": float(table.loc[table.condition == "circuit", "top1"].iloc[0]),
+            "random_top1": float(rand.top1.mean()),
+            "wall_s": time.perf_counter() - t0,
+        }
+    return write_summary(
+        out, name, seed, threads, started, screen_s, trajectory, final_heads, ablation, complete=True, train_s=train_s
+    )
 
 
-def write_summary(out: Path, name: str, seed: int, threads: int, started: float, screen_s: float,
-                  trajectory: list[dict], heads, ablation: dict | None, complete: bool,
-                  train_s: float | None = None) -> dict:
+def write_summary(
+    out: Path,
+    name: str,
+    seed: int,
+    threads: int,
+    started: float,
+    screen_s: float,
+    trajectory: list[dict],
+    heads,
+    ablation: dict | None,
+    complete: bool,
+    train_s: float | None = None,
+) -> dict:
     """OUT/NAME-s{seed}-t{threads}.json, rewritten after every screen (a stopped run keeps its trajectory)."""
-    final = heads[["head_id", "layer", "sel_first", "mean_first", "sink_score", "sink", "gu_sink",
-                   "sel_induction", "sel_previous", "best_class"]].to_dict(orient="records")
-    summary = {"candidate": name, "overrides": CANDIDATES[name], "seed": seed, "threads": threads,
-               "complete": complete, "train_s": train_s if train_s is not None else time.perf_counter() - started,
-               "screen_s": screen_s, "trajectory": trajectory, "final_heads": final, "ablation": ablation}
+    final = heads[
+        [
+            "head_id",
+            "layer",
+            "sel_first",
+            "mean_first",
+            "sink_score",
+            "sink",
+            "gu_sink",
+            "sel_induction",
+            "sel_previous",
+            "best_class",
+        ]
+    ].to_dict(orient="records")
+    summary = {
+        "candidate": name,
+        "overrides": CANDIDATES[name],
+        "seed": seed,
+        "threads": threads,
+        "complete": complete,
+        "train_s": train_s if train_s is not None else time.perf_counter() - started,
+        "screen_s": screen_s,
+        "trajectory": trajectory,
+        "final_heads": final,
+        "ablation": ablation,
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}-s{seed}-t{threads}.json").write_text(json.dumps(summary, indent=1))
     return summary
@@ -389,19 +538,21 @@ def figures(s: dict) -> dict:
     floor = sum(sum(r["sinks_per_layer"][:2]) for r in traj)
     a = s["ablation"] or {}
     return {
-        "run": f"{s['candidate']} s{s['seed']} t{s['threads']}" + ("" if s.get("complete", True) else
-                                                                   f" (stopped at step {last['step']})"),
+        "run": f"{s['candidate']} s{s['seed']} t{s['threads']}"
+        + ("" if s.get("complete", True) else f" (stopped at step {last['step']})"),
         "circuit": f"{len(last['induction'])} ({','.join(last['induction'][:6])})",
         "best induction (max over run)": f"{max(r['best_induction'] for r in traj):.0f}x",
         "max share of a layer": f"{occupancy:.2f}",
         "verdict": f"{a.get('verdict', '-')} [{a.get('low', float('nan')):+.2f}, {a.get('high', float('nan')):+.2f}] "
-                   f"short {a.get('shortfall', '-')}",
+        f"short {a.get('shortfall', '-')}",
         "top1 clean/circ/rand": f"{a.get('clean_top1', last['top1']):.2f}/{a.get('circuit_top1', float('nan')):.2f}/"
-                                f"{a.get('random_top1', float('nan')):.2f}",
+        f"{a.get('random_top1', float('nan')):.2f}",
         "sinks final": f"{last['sinks']}/{n_heads} ({last['sinks'] / n_heads:.0%})",
         "sinks also Gu": "-" if last["sinks_also_gu"] is None else f"{last['sinks_also_gu']}/{last['sinks']}",
         "sinks in L0-1 (head-revs)": str(floor),
-        "ind>=3 / sink10 / sink50 (Mtok)": "/".join("-" if t is None else f"{t / 1e6:.2f}" for t in (ind3, sink10, sink50)),
+        "ind>=3 / sink10 / sink50 (Mtok)": "/".join(
+            "-" if t is None else f"{t / 1e6:.2f}" for t in (ind3, sink10, sink50)
+        ),
         "F3 ratio": "-" if not (ind3 and sink50) else f"{sink50 / ind3:.1f}",
         "loss final": f"{last['loss']:.2f}",
         "train s": "-" if s.get("train_s") is None or s["train_s"] != s["train_s"] else f"{s['train_s']:.0f}",

@@ -21,8 +21,14 @@ from transformers import (
 )
 
 VOCAB = 10240
-COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-              num_attention_heads=4, max_position_embeddings=512)
+COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=512,
+)
 
 BUILDERS = {
     # Pythia: rotary on 25% of head dims, parallel residual, dense has a bias.
@@ -30,15 +36,17 @@ BUILDERS = {
     # OLMo 1B-0724: clip_qkv 8, non-parametric LayerNorm, untied embeddings.
     "olmo": lambda: OlmoForCausalLM(OlmoConfig(**COMMON, clip_qkv=8.0, tie_word_embeddings=False)),
     # OLMoE: q/k RMSNorm, top-k routed experts.
-    "olmoe": lambda: OlmoeForCausalLM(OlmoeConfig(**{**COMMON, "intermediate_size": 32}, num_experts=4,
-                                                  num_experts_per_tok=2)),
+    "olmoe": lambda: OlmoeForCausalLM(
+        OlmoeConfig(**{**COMMON, "intermediate_size": 32}, num_experts=4, num_experts_per_tok=2)
+    ),
     # Llama with grouped-query attention (4 query heads share 2 key/value heads).
     "llama": lambda: LlamaForCausalLM(LlamaConfig(**COMMON, num_key_value_heads=2)),
     "mistral": lambda: MistralForCausalLM(MistralConfig(**COMMON, num_key_value_heads=2, sliding_window=None)),
     "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**COMMON, num_key_value_heads=2)),
     # GPT-2: the output projection is a Conv1D.
-    "gpt2": lambda: GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=512,
-                                                      bos_token_id=0, eos_token_id=0)),
+    "gpt2": lambda: GPT2LMHeadModel(
+        GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=512, bos_token_id=0, eos_token_id=0)
+    ),
 }
 
 

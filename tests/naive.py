@@ -15,8 +15,10 @@ def full_patterns(model, probe: Probe):
 
     adapter = ModelAdapter(model)
     captured = {}
-    hooks = [proj.register_forward_pre_hook(lambda m, a, l=l: captured.__setitem__(l, a[0].detach().clone()))
-             for l, proj in enumerate(adapter.out_proj)]
+    hooks = [
+        proj.register_forward_pre_hook(lambda m, a, l=l: captured.__setitem__(l, a[0].detach().clone()))
+        for l, proj in enumerate(adapter.out_proj)
+    ]
     previous = model.config._attn_implementation
     model.config._attn_implementation = "eager"
     try:
@@ -53,11 +55,13 @@ def naive_screen(model, probe: Probe) -> dict[str, np.ndarray]:
     res["self"] = mean_at(probe.query)
     res["local"] = np.mean([mean_at(probe.local[:, k]) for k in range(probe.local.shape[1])], axis=0)
     res["null"] = mean_at(probe.null)
-    res["baseline"] = np.stack([rows[:, i][:, :, probe.baseline[i][probe.baseline[i] >= 0]].mean(axis=-1)
-                                for i in range(n)], axis=1).mean(axis=1)
+    res["baseline"] = np.stack(
+        [rows[:, i][:, :, probe.baseline[i][probe.baseline[i] >= 0]].mean(axis=-1) for i in range(n)], axis=1
+    ).mean(axis=1)
     # Gu et al.: attention to key 0, averaged over query rows 0..q.
-    res["sink_score"] = np.stack([patterns[:, i, :, : probe.query[i] + 1, 0].mean(axis=-1) for i in range(n)],
-                                 axis=1).mean(axis=1)
+    res["sink_score"] = np.stack(
+        [patterns[:, i, :, : probe.query[i] + 1, 0].mean(axis=-1) for i in range(n)], axis=1
+    ).mean(axis=1)
     head_dim = outputs.shape[-1] // n_heads
     at_query = outputs[:, np.arange(n), probe.query].reshape(n_layers, n, n_heads, head_dim)
     pr = np.zeros((n_layers, n_heads))

@@ -79,8 +79,13 @@ def test_screen_finds_exactly_the_hand_set_heads(induction):
 @pytest.mark.parametrize("circuit", ["induction", "previous-token"])
 def test_ablating_the_circuit_kills_induction_and_random_heads_do_not(induction, circuit):
     adapter, probe, config, heads = induction
-    result = ablate(adapter, probe, circuit_from_screen(heads, circuit),
-                    AblationConfig(circuit=circuit, draws=4, n_bootstrap=200), config)
+    result = ablate(
+        adapter,
+        probe,
+        circuit_from_screen(heads, circuit),
+        AblationConfig(circuit=circuit, draws=4, n_bootstrap=200),
+        config,
+    )
     table = result.table.set_index("condition")
     assert table.loc["clean", "top1"] > 0.9
     assert table.loc["circuit", "top1"] <= 0.05
@@ -101,8 +106,14 @@ def test_nothing_ablated_is_the_clean_run(arch, small_probe):
     adapter = ModelAdapter(model)
     nothing, some = Condition("circuit", ()), Condition("circuit", ((1, 2),))
     for strategy, stack in (("naive", 1), ("replay", 1), ("replay", 3)):
-        stats = run_conditions(adapter, small_probe, [Condition("clean", ()), nothing, some, nothing],
-                               batch_size=5, stack=stack, strategy=strategy)
+        stats = run_conditions(
+            adapter,
+            small_probe,
+            [Condition("clean", ()), nothing, some, nothing],
+            batch_size=5,
+            stack=stack,
+            strategy=strategy,
+        )
         if stack == 1:  # the same shapes as the clean pass: bit for bit
             assert np.array_equal(stats[1], stats[0]) and np.array_equal(stats[3], stats[0])
         else:  # a stacked batch may round differently in the last bit
@@ -130,8 +141,13 @@ def test_every_head_ablated_is_a_model_without_attention_output(arch, small_prob
 
     hooks = [(adapter.attention[l], attention_output_is_projected_zeros(l)) for l in range(layout.n_layers)]
     expected = reference_stats(model, small_probe, hooks)
-    stats = run_conditions(adapter, small_probe, [Condition("clean", ()), Condition("layers", ((1, 0),)),
-                                                  Condition("layers", every)], batch_size=5, stack=2)
+    stats = run_conditions(
+        adapter,
+        small_probe,
+        [Condition("clean", ()), Condition("layers", ((1, 0),)), Condition("layers", every)],
+        batch_size=5,
+        stack=2,
+    )
     np.testing.assert_allclose(stats[2], expected, rtol=1e-5, atol=1e-5)
     assert not np.allclose(stats[0], expected, atol=1e-3)
 
@@ -160,11 +176,13 @@ def test_mean_mode_replaces_a_head_by_its_mean_output(arch, small_probe):
         return output + delta @ weight
 
     expected = reference_stats(model, small_probe, [(proj, replace)])
-    stats = run_conditions(adapter, small_probe, [Condition("clean", ()), Condition("single", ((layer, head),))],
-                           mode="mean", batch_size=5)
+    stats = run_conditions(
+        adapter, small_probe, [Condition("clean", ()), Condition("single", ((layer, head),))], mode="mean", batch_size=5
+    )
     np.testing.assert_allclose(stats[1], expected, rtol=1e-4, atol=1e-4)
-    zero = run_conditions(adapter, small_probe, [Condition("clean", ()), Condition("single", ((layer, head),))],
-                          mode="zero", batch_size=5)
+    zero = run_conditions(
+        adapter, small_probe, [Condition("clean", ()), Condition("single", ((layer, head),))], mode="zero", batch_size=5
+    )
     assert not np.allclose(zero[1], stats[1])
 
 
@@ -183,13 +201,16 @@ def test_replay_and_stacking_equal_one_pass_per_condition(small_probe):
 # Circuits, conditions, shortfall.
 
 
-@pytest.mark.parametrize("text, message", [
-    ("L2H0", "head L2H0 does not exist in tiny: valid heads are L0H0..L1H3 (2 layers x 4 heads)"),
-    ("L1H4", "head L1H4 does not exist"),
-    ("L1H1,foo", "bad head 'foo'"),
-    ("l1h1", "bad head 'l1h1'"),
-    (" , ", "the circuit is empty"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("L2H0", "head L2H0 does not exist in tiny: valid heads are L0H0..L1H3 (2 layers x 4 heads)"),
+        ("L1H4", "head L1H4 does not exist"),
+        ("L1H1,foo", "bad head 'foo'"),
+        ("l1h1", "bad head 'l1h1'"),
+        (" , ", "the circuit is empty"),
+    ],
+)
 def test_bad_circuit_strings(text, message):
     layout = ModelAdapter(tiny_model("llama")).layout
     with pytest.raises(HeadtraceError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -217,8 +238,7 @@ def test_matched_random_sets_and_shortfall():
 
 def test_shortfall_is_stored(small_probe):
     adapter = ModelAdapter(tiny_model("gpt2"))
-    table = ablate(adapter, small_probe, ((1, 0), (1, 1), (1, 2)), AblationConfig(draws=2, n_bootstrap=50),
-                   SMALL).table
+    table = ablate(adapter, small_probe, ((1, 0), (1, 1), (1, 2)), AblationConfig(draws=2, n_bootstrap=50), SMALL).table
     random = table[table.condition == "random"]
     assert list(random.shortfall) == [2, 2] and list(random.heads) == ["L1H3", "L1H3"]
     assert list(random.n_ablated) == [1, 1]
@@ -286,9 +306,12 @@ def test_stored_table_has_the_report_schema_and_reuses_a_stored_screen(tmp_path)
     assert list(table.condition.unique()) == ["clean", "circuit", "random", "layers", "single"]
     assert ResultsDir(tmp_path / "out").ablation_path(str(path), "r1").is_file()
     assert ResultsDir(tmp_path / "out").stored_ablation_hash(str(path), "r1") == config.config_hash(SMALL)
-    assert ResultsDir(tmp_path / "out").stored_ablation_hash(str(path), "r1") != dataclasses.replace(config, draws=4).config_hash(SMALL)
+    assert ResultsDir(tmp_path / "out").stored_ablation_hash(str(path), "r1") != dataclasses.replace(
+        config, draws=4
+    ).config_hash(SMALL)
     # Another screen config: the stored screen does not apply and a new one runs.
     other = SMALL.replace(induction_threshold=0.0)
-    again = ablate_checkpoint(str(path), "r1", other, dataclasses.replace(config, circuit="induction"),
-                              out=tmp_path / "out2", adapter=adapter)
+    again = ablate_checkpoint(
+        str(path), "r1", other, dataclasses.replace(config, circuit="induction"), out=tmp_path / "out2", adapter=adapter
+    )
     assert again.circuit_source == "screened" and again.table.n_ablated[1] == 8

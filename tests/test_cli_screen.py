@@ -14,8 +14,14 @@ from models_zoo import tiny_model
 
 def headtrace(*args, cwd=None):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # an unknown hub id must fail without waiting on a network
-    return subprocess.run([sys.executable, "-m", "headtrace", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "headtrace", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,17 +49,20 @@ def test_screen_writes_tables(checkpoint, tmp_path):
     assert runs.n_examples.item() == 16 and runs.seq_len.item() == 64
 
 
-@pytest.mark.parametrize("args, message", [
-    (["screen", "/no/such/dir"], "does not exist"),
-    (["screen", "nobody/no-such-model"], "cannot load model 'nobody/no-such-model'"),
-    (["screen", "{bloom}", "-n", "2"], "unsupported architecture 'bloom'"),
-    (["screen", "{ckpt}", "-n", "0"], "n-examples must be >= 1"),
-    (["screen", "{ckpt}", "-b", "0"], "batch-size must be >= 1"),
-    (["screen", "{ckpt}", "--seq-len", "1024", "-n", "2"], "exceeds the model's context of 512"),
-    (["screen", "{ckpt}", "--id-high", "20000", "-n", "2"], "vocabulary has 10240"),
-    (["screen", "{ckpt}", "--dtype", "float64"], "unknown dtype"),
-    (["screen", "{ckpt}", "--device", "cuda:0"], "no CUDA GPU"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["screen", "/no/such/dir"], "does not exist"),
+        (["screen", "nobody/no-such-model"], "cannot load model 'nobody/no-such-model'"),
+        (["screen", "{bloom}", "-n", "2"], "unsupported architecture 'bloom'"),
+        (["screen", "{ckpt}", "-n", "0"], "n-examples must be >= 1"),
+        (["screen", "{ckpt}", "-b", "0"], "batch-size must be >= 1"),
+        (["screen", "{ckpt}", "--seq-len", "1024", "-n", "2"], "exceeds the model's context of 512"),
+        (["screen", "{ckpt}", "--id-high", "20000", "-n", "2"], "vocabulary has 10240"),
+        (["screen", "{ckpt}", "--dtype", "float64"], "unknown dtype"),
+        (["screen", "{ckpt}", "--device", "cuda:0"], "no CUDA GPU"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(checkpoint, bloom, args, message, tmp_path):
     proc = headtrace(*[a.format(ckpt=checkpoint, bloom=bloom) for a in args], "--out", tmp_path / "out")
     assert proc.returncode == 2

@@ -43,8 +43,18 @@ def header(text: str) -> str:
     return " ".join(line for line in text.splitlines() if line.startswith("┃"))
 
 
-@pytest.mark.parametrize("value, shown", [(0.31, "0.3x"), (47.74, "47.7x"), (198.4, "198x"), (4586.0, "4586x"),
-                                          (605747.9, "6.1e5x"), (6439551.0, "6.4e6x"), (math.nan, "-")])
+@pytest.mark.parametrize(
+    "value, shown",
+    [
+        (0.31, "0.3x"),
+        (47.74, "47.7x"),
+        (198.4, "198x"),
+        (4586.0, "4586x"),
+        (605747.9, "6.1e5x"),
+        (6439551.0, "6.4e6x"),
+        (math.nan, "-"),
+    ],
+)
 def test_selectivities_are_compact(value, shown):
     assert times(value) == shown
 
@@ -57,11 +67,24 @@ def smollm2_like():
     from headtrace.probes import synthetic_induction
     from headtrace.screen import screen
 
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=10240, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
-                                         num_attention_heads=4, max_position_embeddings=128))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=10240,
+            hidden_size=64,
+            intermediate_size=64,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            max_position_embeddings=128,
+        )
+    )
     config = ScreenConfig(n_examples=8, seq_len=64, label_threshold=0.0)  # every head gets a label
-    result = screen(ModelAdapter(model.eval()), synthetic_induction(config.probe), config,
-                    model_name="SmolLM2-135M-Instruct.Q4_1", revision=None)
+    result = screen(
+        ModelAdapter(model.eval()),
+        synthetic_induction(config.probe),
+        config,
+        model_name="SmolLM2-135M-Instruct.Q4_1",
+        revision=None,
+    )
     heads = result.heads
     heads["head_id"] = [f"L{layer + 16}H{head + 5}" for layer, head in zip(heads.layer, heads["head"])]
     big = {"sel_first": 6439551.0, "sel_previous": 605747.9, "pr": 13.03, "best_selectivity": 6439551.0}
@@ -73,8 +96,9 @@ def smollm2_like():
 
 
 @pytest.mark.parametrize("width, dropped", [(120, []), (80, ["PR"]), (72, ["PR", "sink score"])])
-def test_the_screen_summary_keeps_every_head_id_and_drops_pr_then_the_sink_score(smollm2_like, monkeypatch, width,
-                                                                                 dropped):
+def test_the_screen_summary_keeps_every_head_id_and_drops_pr_then_the_sink_score(
+    smollm2_like, monkeypatch, width, dropped
+):
     text = printed(monkeypatch, width, lambda: print_screen_summary(smollm2_like))
     heads = smollm2_like.heads.sort_values("best_selectivity", ascending=False).head(10)
     rows = table_rows(text)
@@ -91,8 +115,13 @@ def test_the_screen_summary_keeps_every_head_id_and_drops_pr_then_the_sink_score
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_the_screen_command_reads_the_width_from_columns(checkpoint, width):  # noqa: F811
-    proc = subprocess.run([sys.executable, "-m", "headtrace", "screen", str(checkpoint), "-n", "16", "--seq-len", "64"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": str(width)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "headtrace", "screen", str(checkpoint), "-n", "16", "--seq-len", "64"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": str(width)},
+    )
     assert proc.returncode == 0, proc.stderr
     # The ceilings line wraps at the width COLUMNS gives.
     assert "…" not in proc.stdout and width - 20 < max(map(len, proc.stdout.splitlines())) <= width
@@ -140,8 +169,11 @@ def test_the_findings_table_names_a_single_model_once_and_keeps_the_finding_name
 def test_the_ablation_table_keeps_each_head_id_whole(checkpoint, monkeypatch, width):  # noqa: F811
     from headtrace.ablation import ablate_checkpoint
 
-    result = ablate_checkpoint(str(checkpoint), screen_config=ScreenConfig(n_examples=16, seq_len=64),
-                               config=AblationConfig(circuit="L1H0,L1H1,L1H2", draws=3, n_bootstrap=50))
+    result = ablate_checkpoint(
+        str(checkpoint),
+        screen_config=ScreenConfig(n_examples=16, seq_len=64),
+        config=AblationConfig(circuit="L1H0,L1H1,L1H2", draws=3, n_bootstrap=50),
+    )
     text = printed(monkeypatch, width, lambda: print_ablation(result))
     cells = " ".join(" ".join(row[1] for row in table_rows(text)).split())
     for head in ("L1H0", "L1H1", "L1H2", "L1H3"):

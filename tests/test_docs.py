@@ -36,13 +36,25 @@ FENCE = re.compile(r"^```(?P<lang>\S*)\s*$")
 # (document, pattern, replacement, why): rewrites that let an example run here, quickly; a
 # document of None rewrites every document.
 SUBSTITUTIONS = [
-    (None, r"(-n |n_examples ?= ?)\d+", r"\g<1>16", "probes of 16 sequences: the examples' sizes are for real "
-     "models, the suite's are tiny"),
+    (
+        None,
+        r"(-n |n_examples ?= ?)\d+",
+        r"\g<1>16",
+        "probes of 16 sequences: the examples' sizes are for real models, the suite's are tiny",
+    ),
     (None, r"(device=\"|--device )cuda", r"\g<1>cpu", "the suite has no GPU"),
-    ("README.md", r"--circuit induction", "--circuit L1H0,L1H1", "the hub server's tiny random models have no "
-     "induction circuit: name two heads"),
-    ("docs/organism.md", r"TrainConfig\(steps=2000\)", "TrainConfig(steps=40, batch_size=4, n_checkpoints=3, "
-     "checkpoint_every=None, checkpoint_loss_drop=None)", "a short run with 3 checkpoints, not minutes of training"),
+    (
+        "README.md",
+        r"--circuit induction",
+        "--circuit L1H0,L1H1",
+        "the hub server's tiny random models have no induction circuit: name two heads",
+    ),
+    (
+        "docs/organism.md",
+        r"TrainConfig\(steps=2000\)",
+        "TrainConfig(steps=40, batch_size=4, n_checkpoints=3, checkpoint_every=None, checkpoint_loss_drop=None)",
+        "a short run with 3 checkpoints, not minutes of training",
+    ),
 ]
 
 
@@ -71,8 +83,15 @@ def blocks(path: Path) -> list[Block]:
         assert end is not None, f"{path.name}:{i + 1}: a fenced block is not closed"
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         mark = NOT_RUN.match(before.strip())
-        found.append(Block(str(path.relative_to(ROOT)), i + 1, fence["lang"], "\n".join(lines[i + 1:end]) + "\n",
-                           mark["reason"] if mark else None))
+        found.append(
+            Block(
+                str(path.relative_to(ROOT)),
+                i + 1,
+                fence["lang"],
+                "\n".join(lines[i + 1 : end]) + "\n",
+                mark["reason"] if mark else None,
+            )
+        )
         i = end + 1
     return found
 
@@ -85,19 +104,27 @@ def test_every_block_names_its_language_and_only_shell_blocks_are_left_out():
             assert block.lang in LANGUAGES, f"{block}: name the block's language, one of {sorted(LANGUAGES)}"
             if block.not_run is not None:
                 assert block.lang in ("sh", "bash"), f"{block}: only shell blocks may be left out; Python blocks run"
-        assert len(marks) == sum(b.not_run is not None for b in found), f"{path.name}: a `not run` mark " \
+        assert len(marks) == sum(b.not_run is not None for b in found), (
+            f"{path.name}: a `not run` mark "
             "must sit right before the block it leaves out, with its reason: <!-- not run: REASON -->"
+        )
     assert sum(len(blocks(p)) for p in DOCS) > 20
     for doc, pattern, _new, why in SUBSTITUTIONS:  # a rewrite that no longer matches says so
-        assert any(re.search(pattern, block.text) for path in DOCS if doc in (None, str(path.relative_to(ROOT)))
-                   for block in blocks(path) if block.lang in RUN and block.not_run is None), (doc, pattern, why)
+        assert any(
+            re.search(pattern, block.text)
+            for path in DOCS
+            if doc in (None, str(path.relative_to(ROOT)))
+            for block in blocks(path)
+            if block.lang in RUN and block.not_run is None
+        ), (doc, pattern, why)
 
 
 @pytest.fixture(scope="module")
 def docs_hub():
     """The hub ids the documents name, each a tiny random GPT-NeoX on Pythia's branches."""
-    with HubServer([fake_repo(name, "gpt_neox", PYTHIA_BRANCHES)
-                    for name in ("EleutherAI/pythia-160m", "EleutherAI/pythia-1b")]) as server:
+    with HubServer(
+        [fake_repo(name, "gpt_neox", PYTHIA_BRANCHES) for name in ("EleutherAI/pythia-160m", "EleutherAI/pythia-1b")]
+    ) as server:
         yield server
 
 
@@ -155,8 +182,9 @@ def run_block(block: Block, text: str, folder: Path, env: dict[str, str]) -> Non
         else:
             command = ["bash", "-euo", "pipefail", "-c", text]
         proc = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"{block} exited {proc.returncode}:\n{text}\n{proc.stdout[-3000:]}\n" \
-                                     f"{proc.stderr[-3000:]}"
+        assert proc.returncode == 0, (
+            f"{block} exited {proc.returncode}:\n{text}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     elif block.lang == "toml":
         from headtrace.panel import load_panel
 
@@ -169,8 +197,9 @@ def run_block(block: Block, text: str, folder: Path, env: dict[str, str]) -> Non
 SLOW = {"README.md"}  # over 30 s on 2 cores: most of its examples load a model
 
 
-@pytest.mark.parametrize("doc", [pytest.param(d, marks=pytest.mark.slow) if d.name in SLOW else d for d in DOCS],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "doc", [pytest.param(d, marks=pytest.mark.slow) if d.name in SLOW else d for d in DOCS], ids=lambda p: p.name
+)
 def test_the_examples_run(doc, docs_hub, checkpoint, tmp_path):
     folder = tmp_path / "work"
     (folder / "path" / "to").mkdir(parents=True)
@@ -180,9 +209,14 @@ def test_the_examples_run(doc, docs_hub, checkpoint, tmp_path):
     (folder / "tests" / "data").symlink_to(ROOT / "tests" / "data")
     env = {name: value for name, value in os.environ.items() if name not in ("HF_HUB_OFFLINE", "HF_HUB_CACHE")}
     # One torch thread: on a shared 2-core machine two threads per process can run ten times slower.
-    env |= {"HF_ENDPOINT": docs_hub.url, "HF_HOME": str(tmp_path / "hf"), "COLUMNS": "100", "OMP_NUM_THREADS": "1",
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])}  # models_zoo
+    env |= {
+        "HF_ENDPOINT": docs_hub.url,
+        "HF_HOME": str(tmp_path / "hf"),
+        "COLUMNS": "100",
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")]),
+    }  # models_zoo
     for block in blocks(doc):
         if block.lang in RUN and block.not_run is None:
             run_block(block, substituted(block), folder, env)

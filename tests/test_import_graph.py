@@ -38,7 +38,7 @@ def _targets(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool,
     else:
         if node.level:
             base = importer.split(".")
-            base = base[:len(base) - node.level + (1 if is_package else 0)]
+            base = base[: len(base) - node.level + (1 if is_package else 0)]
             prefix = ".".join(base + ([node.module] if node.module else []))
         else:
             prefix = node.module or ""
@@ -81,7 +81,7 @@ def find_cycle(graph: dict[str, dict[str, str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         path.pop()
@@ -169,6 +169,10 @@ def test_the_architecture_page_draws_every_module_and_each_import_points_down_it
     graph, order = import_graph(), documented_layers()
     assert sorted(order) == sorted(graph), "docs/architecture.md's layers list each module once"
     position = {name: i for i, name in enumerate(order)}
-    upward = [f"{a} -> {b} ({where})" for a, targets in graph.items() for b, where in targets.items()
-              if position[b] < position[a]]
+    upward = [
+        f"{a} -> {b} ({where})"
+        for a, targets in graph.items()
+        for b, where in targets.items()
+        if position[b] < position[a]
+    ]
     assert not upward, "imports against docs/architecture.md's layers: " + "; ".join(upward)

@@ -25,9 +25,15 @@ print(len(tasks), sorted(m for m in ("torch", "transformers") if m in sys.module
 
 
 def test_the_results_layer_analysis_panel_planning_and_organism_settings_import_neither_torch_nor_transformers(
-        tmp_path):
+    tmp_path,
+):
     panel = local_panel(tmp_path, save_checkpoints(tmp_path / "ckpt"), REVISIONS, extra="\n[ablation]\n")
-    proc = subprocess.run([sys.executable, "-c", PLAN, str(panel)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    proc = subprocess.run(
+        [sys.executable, "-c", PLAN, str(panel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[0] == "3 []"

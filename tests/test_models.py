@@ -9,8 +9,13 @@ from headtrace.models import ModelAdapter, load_model, resolve_device, resolve_d
 from models_zoo import BUILDERS, tiny_model
 
 LAYOUTS = {  # (layers, heads, kv heads, head dim) of the tiny configs
-    "gpt_neox": (2, 4, 4, 16), "olmo": (2, 4, 4, 16), "olmoe": (2, 4, 4, 16), "llama": (2, 4, 2, 16),
-    "mistral": (2, 4, 2, 16), "qwen2": (2, 4, 2, 16), "gpt2": (2, 4, 4, 16),
+    "gpt_neox": (2, 4, 4, 16),
+    "olmo": (2, 4, 4, 16),
+    "olmoe": (2, 4, 4, 16),
+    "llama": (2, 4, 2, 16),
+    "mistral": (2, 4, 2, 16),
+    "qwen2": (2, 4, 2, 16),
+    "gpt2": (2, 4, 4, 16),
 }
 
 

@@ -7,8 +7,17 @@ import math
 import pytest
 
 from headtrace.errors import HeadtraceError
-from headtrace.revisions import (NameMap, Naming, Revision, catalog, log_spaced, parse_revision, pythia_revisions,
-                                 select, selection_notes)
+from headtrace.revisions import (
+    NameMap,
+    Naming,
+    Revision,
+    catalog,
+    log_spaced,
+    parse_revision,
+    pythia_revisions,
+    select,
+    selection_notes,
+)
 from hub_server import OLMO_BRANCHES as OLMO
 
 
@@ -117,7 +126,10 @@ def test_a_users_pattern_and_table_give_steps_and_tokens(tmp_path):
     (tmp_path / "t.csv").write_text("revision,step,tokens\nbaseline,,0\nlate,900,1.5e9\n")
     table = Naming(user=NameMap(table=NameMap.read_table(tmp_path / "t.csv")))
     assert [(r.name, r.step, r.tokens) for r in catalog(["late", "baseline", "other"], table)] == [
-        ("baseline", None, 0.0), ("late", 900, 1.5e9), ("other", None, None)]
+        ("baseline", None, 0.0),
+        ("late", 900, 1.5e9),
+        ("other", None, None),
+    ]
     with pytest.raises(HeadtraceError, match="must capture the step"):
         NameMap(pattern="final")
     with pytest.raises(HeadtraceError, match="is not a table of revisions"):
@@ -126,14 +138,35 @@ def test_a_users_pattern_and_table_give_steps_and_tokens(tmp_path):
 
 
 def test_common_forms_and_every_schemes_steps_order_names_without_a_repository():
-    steps = {name: parse_revision(name).step for name in (
-        "step000128", "step-240000", "global_step5000", "checkpoint-400000", "ckpt_358", "iter_7",
-        "stage1-step-40000", "stage1-step928646-tokens3896B", "stage2-ingredient2-step11931-tokens50B",
-        "step69369-seed-large-aux-2", "main")}
-    assert steps == {"step000128": 128, "step-240000": 240000, "global_step5000": 5000, "checkpoint-400000": 400000,
-                     "ckpt_358": 358, "iter_7": 7, "stage1-step-40000": 40000, "stage1-step928646-tokens3896B": 928646,
-                     "stage2-ingredient2-step11931-tokens50B": 11931, "step69369-seed-large-aux-2": 69369,
-                     "main": None}
+    steps = {
+        name: parse_revision(name).step
+        for name in (
+            "step000128",
+            "step-240000",
+            "global_step5000",
+            "checkpoint-400000",
+            "ckpt_358",
+            "iter_7",
+            "stage1-step-40000",
+            "stage1-step928646-tokens3896B",
+            "stage2-ingredient2-step11931-tokens50B",
+            "step69369-seed-large-aux-2",
+            "main",
+        )
+    }
+    assert steps == {
+        "step000128": 128,
+        "step-240000": 240000,
+        "global_step5000": 5000,
+        "checkpoint-400000": 400000,
+        "ckpt_358": 358,
+        "iter_7": 7,
+        "stage1-step-40000": 40000,
+        "stage1-step928646-tokens3896B": 928646,
+        "stage2-ingredient2-step11931-tokens50B": 11931,
+        "step69369-seed-large-aux-2": 69369,
+        "main": None,
+    }
     # Tokens only where the name carries them: a tokens-per-step belongs to its series.
     assert parse_revision("stage1-step928646-tokens3896B").tokens == 3896e9
     assert parse_revision("stage2-ingredient2-step11931-tokens50B").tokens is None  # counted from stage 2's start

@@ -14,8 +14,16 @@ PINNED = {
     "b1268a110f458fad": {},
     "1ef9a3021fa518a8": {"n_examples": 500, "seq_len": 256},
     "7bdea1ea2a3fc249": {"n_examples": 500, "device": "cuda", "dtype": "bfloat16"},
-    "f974dda6eb0dddb8": {"n_examples": 256, "seq_len": 63, "id_low": 3, "id_high": 256, "prepend_bos": True,
-                         "baseline": "clean", "induction_threshold": 40.0, "pr_examples": 100},
+    "f974dda6eb0dddb8": {
+        "n_examples": 256,
+        "seq_len": 63,
+        "id_low": 3,
+        "id_high": 256,
+        "prepend_bos": True,
+        "baseline": "clean",
+        "induction_threshold": 40.0,
+        "pr_examples": 100,
+    },
 }
 
 
@@ -30,8 +38,12 @@ def test_flat_keywords_fill_the_parts():
     assert flat.probe == ProbeSpec(n_examples=500, seq_len=128)
     assert flat.thresholds == Thresholds(sink_threshold=20.0)
     assert (flat.device, flat.dtype, flat.batch_size, flat.pr_examples) == ("cuda", "bfloat16", 16, None)
-    nested = ScreenConfig(probe=ProbeSpec(n_examples=500, seq_len=128), thresholds=Thresholds(sink_threshold=20.0),
-                          device="cuda", dtype="bfloat16")
+    nested = ScreenConfig(
+        probe=ProbeSpec(n_examples=500, seq_len=128),
+        thresholds=Thresholds(sink_threshold=20.0),
+        device="cuda",
+        dtype="bfloat16",
+    )
     assert nested == flat and nested.config_hash == flat.config_hash
 
 
@@ -41,10 +53,13 @@ def test_the_probe_kind_is_flat_and_a_probe_spec_is_whole():
     assert natural.to_dict()["probe"] == "natural"
 
 
-@pytest.mark.parametrize("kwargs, part, flat", [
-    ({"probe": ProbeSpec(seq_len=64), "n_examples": 5}, "probe=", "n_examples="),
-    ({"thresholds": Thresholds(), "induction_threshold": 40.0}, "thresholds=", "induction_threshold="),
-])
+@pytest.mark.parametrize(
+    "kwargs, part, flat",
+    [
+        ({"probe": ProbeSpec(seq_len=64), "n_examples": 5}, "probe=", "n_examples="),
+        ({"thresholds": Thresholds(), "induction_threshold": 40.0}, "thresholds=", "induction_threshold="),
+    ],
+)
 def test_a_part_and_a_flat_field_it_holds_are_refused_naming_both(kwargs, part, flat):
     with pytest.raises(HeadtraceError) as error:
         ScreenConfig(**kwargs)

@@ -30,8 +30,9 @@ def test_widened_values_route_matches_reference(arch, probe, monkeypatch):
 
     taken = []
     widened = headtrace.screen._attention_with_widened_values
-    monkeypatch.setattr(headtrace.screen, "_attention_with_widened_values",
-                        lambda *a, **k: taken.append(1) or widened(*a, **k))
+    monkeypatch.setattr(
+        headtrace.screen, "_attention_with_widened_values", lambda *a, **k: taken.append(1) or widened(*a, **k)
+    )
     check_against_reference(arch, probe, route="widened")
     assert taken
 
@@ -73,8 +74,9 @@ def test_per_head_outputs_reconstruct_projection(arch, probe):
     handle.remove()
     x = captured["x"].view(*captured["x"].shape[:-1], layout.n_heads, layout.head_dim)
     weight = proj.weight if isinstance(proj, torch.nn.Linear) else proj.weight.T  # Conv1D stores [in, out]
-    per_head = [x[..., h, :] @ weight[:, h * layout.head_dim:(h + 1) * layout.head_dim].T
-                for h in range(layout.n_heads)]
+    per_head = [
+        x[..., h, :] @ weight[:, h * layout.head_dim : (h + 1) * layout.head_dim].T for h in range(layout.n_heads)
+    ]
     bias = proj.bias if proj.bias is not None else 0.0
     torch.testing.assert_close(sum(per_head) + bias, captured["y"], rtol=1e-4, atol=1e-5)
 
@@ -107,8 +109,12 @@ def test_last_layer_runs_at_the_query_only(arch, probe):
     def record(name):
         return lambda _module, args, _output: rows.setdefault(name, set()).add(args[0].shape[1])
 
-    modules = {"proj first": adapter.out_proj[0], "proj last": adapter.out_proj[-1],
-               "mlp first": adapter.mlp[0], "mlp last": adapter.mlp[-1]}
+    modules = {
+        "proj first": adapter.out_proj[0],
+        "proj last": adapter.out_proj[-1],
+        "mlp first": adapter.mlp[0],
+        "mlp last": adapter.mlp[-1],
+    }
     handles = [module.register_forward_hook(record(name)) for name, module in modules.items()]
     screen(adapter, probe, ScreenConfig.of(batch_size=8))
     for handle in handles:

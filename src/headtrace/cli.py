@@ -44,8 +44,9 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """When did each attention circuit form? Screen attention heads across training checkpoints."""
 
@@ -80,8 +81,13 @@ def progress_bars(*descriptions: str, waiting: str | None = None) -> Iterator[li
     """Rich progress bars (one display), each appearing with its first update; yields a
     callback(advance, total) per description. Until the first update, `waiting` (e.g. "load the
     model") shows as a pulsing bar with its elapsed time, so a long load never looks stuck."""
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as bar:
         pending = [bar.add_task(escape(waiting), total=None)] if waiting else []
 
@@ -122,8 +128,9 @@ def times(value: float) -> str:
     return f"{mantissa}e{int(exponent)}x"
 
 
-def fitted_table(title: str, columns: dict[str, dict], rows: list[list[str]], drop: Sequence[str] = (),
-                 **options) -> Table:
+def fitted_table(
+    title: str, columns: dict[str, dict], rows: list[list[str]], drop: Sequence[str] = (), **options
+) -> Table:
     """A table that fits the terminal without cutting a cell short. While its cells, each on one line,
     are wider than the terminal, the columns named in `drop` go, in that order (the caption says
     which); then cells wrap at spaces, and where a cell would still be cut short, every cell folds.
@@ -165,12 +172,26 @@ def print_screen_summary(result, all_heads: bool = False) -> None:
     labelled = heads.loc[heads.label != "unclassified"].sort_values("best_selectivity", ascending=False)
     shown = labelled if all_heads else labelled.head(STRONGEST)
     title = f"{escape(_label(run.model, run.revision))}: " + (
-        f"all {len(labelled)} labelled heads" if all_heads or len(shown) == len(labelled)
-        else f"the {len(shown)} strongest of {len(labelled)} labelled heads (--all: every one)")
-    columns = {name: {"justify": "left" if name in ("head", "label") else "right", "no_wrap": True}
-               for name in ("head", "label", "induction", "previous", "first-token", "sink score", "PR")}
-    rows = [[row.head_id, row.label, times(row.sel_induction), times(row.sel_previous), times(row.sel_first),
-             f"{row.sink_score:.3f}", f"{row.pr:.2f}"] for row in shown.itertuples()]
+        f"all {len(labelled)} labelled heads"
+        if all_heads or len(shown) == len(labelled)
+        else f"the {len(shown)} strongest of {len(labelled)} labelled heads (--all: every one)"
+    )
+    columns = {
+        name: {"justify": "left" if name in ("head", "label") else "right", "no_wrap": True}
+        for name in ("head", "label", "induction", "previous", "first-token", "sink score", "PR")
+    }
+    rows = [
+        [
+            row.head_id,
+            row.label,
+            times(row.sel_induction),
+            times(row.sel_previous),
+            times(row.sel_first),
+            f"{row.sink_score:.3f}",
+            f"{row.pr:.2f}",
+        ]
+        for row in shown.itertuples()
+    ]
     table = fitted_table(title, columns, rows, drop=("PR", "sink score"), title_justify="left")
     if len(shown):
         out_console.print(table)
@@ -188,11 +209,14 @@ def print_screen_summary(result, all_heads: bool = False) -> None:
         f"top-1 at the query: {summary['top1']:.3f}   top-5: {run.top5:.3f}   loss: {run.loss:.3f}   "
         f"({int(run.n_valid)}/{int(run.n_examples)} valid examples, {run.wall_s:.1f} s)",
     ]
-    ceilings = {c.removeprefix("ceiling_"): run[c] for c in result.run.columns
-                if c.startswith("ceiling_") and run[c] == run[c]}  # NaN: no ceiling for that class
+    ceilings = {
+        c.removeprefix("ceiling_"): run[c] for c in result.run.columns if c.startswith("ceiling_") and run[c] == run[c]
+    }  # NaN: no ceiling for that class
     if ceilings:
-        lines.append(f"selectivity ceilings of this probe ({run.get('baseline', 'reference')} baseline): "
-                     + ", ".join(f"{cls} {ceiling_text(value)}" for cls, value in ceilings.items()))
+        lines.append(
+            f"selectivity ceilings of this probe ({run.get('baseline', 'reference')} baseline): "
+            + ", ".join(f"{cls} {ceiling_text(value)}" for cls, value in ceilings.items())
+        )
     out_console.print("\n".join(lines), highlight=False)
     if ceilings:
         warn_ceilings(ScreenConfig.of(**json.loads(run.config_json)), ceilings)
@@ -228,17 +252,24 @@ def _heads_text(heads: list[str], limit: int = 12) -> str:
 
 # Options that `screen` and `ablate` share, defined once.
 MODEL = typer.Argument(..., help="Hub id, local directory, or .gguf file.")
-REVISION = typer.Option(None, help="Hub revision (branch, tag or commit), or the checkpoint subfolder of a local "
-                        "folder of checkpoints.")
+REVISION = typer.Option(
+    None, help="Hub revision (branch, tag or commit), or the checkpoint subfolder of a local folder of checkpoints."
+)
 TRUST_REMOTE_CODE = typer.Option(False, help="Let transformers run the model repository's own code.")
 CACHE_DIR = typer.Option(None, help="Hub cache folder [HF_HUB_CACHE].")
 NAME = typer.Option(None, help="The model's name in tables and file names [the hub id, or a local folder's name].")
 # A map of revision names to tokens, for series no built-in scheme reads (docs/revisions.md).
 TOKENS_PER_STEP = typer.Option(None, help="Tokens per training step, for a revision name that carries none.")
-REVISION_PATTERN = typer.Option(None, help="Regular expression for revision names no built-in scheme knows: its "
-                                "group named step (or its only group) is the step, times --tokens-per-step.")
-REVISION_TOKENS = typer.Option(None, help="Table of revisions with their tokens: .csv (columns revision, tokens, "
-                               "step) or .json (a list of {revision, step, tokens}).")
+REVISION_PATTERN = typer.Option(
+    None,
+    help="Regular expression for revision names no built-in scheme knows: its "
+    "group named step (or its only group) is the step, times --tokens-per-step.",
+)
+REVISION_TOKENS = typer.Option(
+    None,
+    help="Table of revisions with their tokens: .csv (columns revision, tokens, "
+    "step) or .json (a list of {revision, step, tokens}).",
+)
 
 
 # The screen config's options (parameter -> its ScreenConfig field, type and option), shared by every
@@ -246,28 +277,43 @@ REVISION_TOKENS = typer.Option(None, help="Table of revisions with their tokens:
 SCREEN_OPTIONS: dict[str, tuple[str, type, object]] = {
     "n_examples": ("n_examples", int, typer.Option(2000, "--n-examples", "-n", help="Probe sequences.")),
     "seq_len": ("seq_len", int, typer.Option(256, help="Probe sequence length T.")),
-    "batch_size": ("batch_size", int, typer.Option(16, "--batch-size", "-b",
-                                                   help="Micro-batch size (memory, not results).")),
+    "batch_size": (
+        "batch_size",
+        int,
+        typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results)."),
+    ),
     "device": ("device", str, typer.Option("cpu", help="auto (cuda, else mps, else cpu), cpu, cuda[:N] or mps.")),
-    "dtype": ("dtype", str, typer.Option("float32", help="auto (the checkpoint's), float32|fp32, bfloat16|bf16 or "
-                                         "float16|fp16.")),
+    "dtype": (
+        "dtype",
+        str,
+        typer.Option("float32", help="auto (the checkpoint's), float32|fp32, bfloat16|bf16 or float16|fp16."),
+    ),
     "probe_seed": ("seed", int, typer.Option(42, "--seed", help="Probe seed.")),
     "id_low": ("id_low", int, typer.Option(100, help="Lowest filler token id.")),
     "id_high": ("id_high", int, typer.Option(10000, help="Filler ids are drawn below this.")),
     "prepend_bos": ("prepend_bos", bool, typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS).")),
     "probe": ("probe", str, typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts).")),
     "texts": ("texts", Optional[Path], typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl.")),
-    "baseline": ("baseline", str, typer.Option("reference", help="reference (the study's 50 positions) or clean "
-                                               "(without each example's own targets: no selectivity ceiling; "
-                                               "docs/definitions.md).")),
+    "baseline": (
+        "baseline",
+        str,
+        typer.Option(
+            "reference",
+            help="reference (the study's 50 positions) or clean "
+            "(without each example's own targets: no selectivity ceiling; "
+            "docs/definitions.md).",
+        ),
+    ),
 }
 
 
 def with_screen_options(command: Callable) -> Callable:
     """Add the screen config's options to a command, which receives them as one validated `config`."""
     signature = inspect.signature(command)
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
-             for name, (_, kind, option) in SCREEN_OPTIONS.items()]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+        for name, (_, kind, option) in SCREEN_OPTIONS.items()
+    ]
 
     @functools.wraps(command)
     def wrapper(**kwargs):
@@ -329,11 +375,21 @@ def screen(
     if out:
         check_writable(out)
     name = name or _default_name(model)
-    with on_interrupt("nothing was written", again="run it again"), \
-            progress_bar(f"screen {name}", waiting=f"load {_label(name, revision)}") as advance:
-        result = screen_checkpoint(model, revision=revision, config=config, out=str(out) if out else None,
-                                   progress=advance, name=name, trust_remote_code=trust_remote_code, cache_dir=cache,
-                                   tokens=tokens)
+    with (
+        on_interrupt("nothing was written", again="run it again"),
+        progress_bar(f"screen {name}", waiting=f"load {_label(name, revision)}") as advance,
+    ):
+        result = screen_checkpoint(
+            model,
+            revision=revision,
+            config=config,
+            out=str(out) if out else None,
+            progress=advance,
+            name=name,
+            trust_remote_code=trust_remote_code,
+            cache_dir=cache,
+            tokens=tokens,
+        )
     print_screen_summary(result, all_heads)
     if out:
         console.print(f"results written to {out}/", highlight=False, markup=False)
@@ -355,8 +411,14 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
     _quiet_transformers()  # its "Writing model shards" bar at every checkpoint would bury ours
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console) as bar:
         task = bar.add_task(f"train {label}", total=organism.train.steps, loss="-")
 
@@ -370,21 +432,31 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
             listed = out / REVISIONS_FILE
             kept = len(json.loads(listed.read_text())) if listed.is_file() else 0
             screened = f"; {len(watch.screened)} screens in {escape(str(watch.out))}/" if watch is not None else ""
-            console.print(f"interrupted: {kept} finished checkpoints in {escape(str(out))}/ are usable (listed in "
-                          f"{REVISIONS_FILE}){screened}; train again with the same settings to start over",
-                          highlight=False)
+            console.print(
+                f"interrupted: {kept} finished checkpoints in {escape(str(out))}/ are usable (listed in "
+                f"{REVISIONS_FILE}){screened}; train again with the same settings to start over",
+                highlight=False,
+            )
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             torch.set_num_threads(previous_threads)
     if result.reused:
-        console.print(f"{escape(str(out))}/ already holds this organism ({len(result.checkpoints)} checkpoints): "
-                      "reused", highlight=False)
+        console.print(
+            f"{escape(str(out))}/ already holds this organism ({len(result.checkpoints)} checkpoints): reused",
+            highlight=False,
+        )
     else:
-        screened = (f", {len(result.screened)} revisions screened during training ({watch.screen_s:.0f} s)"
-                    if watch is not None else "")
-        console.print(f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in "
-                      f"{escape(str(out))}/{screened} "
-                      f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})", highlight=False)
+        screened = (
+            f", {len(result.screened)} revisions screened during training ({watch.screen_s:.0f} s)"
+            if watch is not None
+            else ""
+        )
+        console.print(
+            f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in "
+            f"{escape(str(out))}/{screened} "
+            f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})",
+            highlight=False,
+        )
     return result
 
 
@@ -406,23 +478,30 @@ def train_organism(
     organism.validate()
     out = out or Path("organisms") / arch
     _train_with_progress(organism, out, arch, threads)
-    console.print(f"screen it: write a panel with source = \"organism\", path = \"{escape(str(out))}\", then "
-                  "headtrace run PANEL",
-                  highlight=False)
+    console.print(
+        f'screen it: write a panel with source = "organism", path = "{escape(str(out))}", then headtrace run PANEL',
+        highlight=False,
+    )
 
 
 @app.command()
 def demo(
-    out: Path = typer.Option(Path("demo-output"), "--out", "-o", help="Where the organisms, panel, results and "
-                             "report go."),
+    out: Path = typer.Option(
+        Path("demo-output"), "--out", "-o", help="Where the organisms, panel, results and report go."
+    ),
     compare: bool = typer.Option(False, help="Also train an MoE (OLMoE-style) organism on the same data."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     n_examples: int = typer.Option(256, "--n-examples", "-n", help="Probe sequences per checkpoint."),
     seed: int = typer.Option(0, help="Seed of the organisms' initialisation and data."),
     threads: int = typer.Option(1, min=1, help="Torch threads for training."),
-    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Train N organisms (seeds SEED .. SEED+N-1) as "
-                                        "one seed family and report each finding across seeds; about N times the "
-                                        "plain demo's time (e.g. --seeds 3)."),
+    seeds: Optional[int] = typer.Option(
+        None,
+        "--seeds",
+        min=1,
+        help="Train N organisms (seeds SEED .. SEED+N-1) as "
+        "one seed family and report each finding across seeds; about N times the "
+        "plain demo's time (e.g. --seeds 3).",
+    ),
 ) -> None:
     """Watch circuits form, offline: train the organism, screening it as it trains; ablate the final
     checkpoint, write the report."""
@@ -438,17 +517,21 @@ def demo(
     def run_panel_file(panel: Path, results: Path) -> None:
         _run_panel_file(panel, results, threads=threads)
 
-    outcome = run_demo(out, train, run_panel_file, compare=compare, steps=steps, n_examples=n_examples, seed=seed,
-                       seeds=seeds)
+    outcome = run_demo(
+        out, train, run_panel_file, compare=compare, steps=steps, n_examples=n_examples, seed=seed, seeds=seeds
+    )
     paths = outcome.paths
     if seeds is None:
         _print_organism_trajectories(paths.results)
     else:
         _print_family_findings(outcome.findings, seeds)
     console.print(f"findings: {escape(str(paths.results / 'findings.md'))}", highlight=False)
-    console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
-                  f"[bold]{escape(str(outcome.report.resolve()))}[/]\nre-screen with: headtrace run "
-                  f"{escape(str(paths.panel))} --out {escape(str(paths.results))}", highlight=False)
+    console.print(
+        f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
+        f"[bold]{escape(str(outcome.report.resolve()))}[/]\nre-screen with: headtrace run "
+        f"{escape(str(paths.panel))} --out {escape(str(paths.results))}",
+        highlight=False,
+    )
 
 
 def _print_family_findings(table, n_seeds: int) -> None:
@@ -476,9 +559,14 @@ def _print_organism_trajectories(results_dir: Path) -> None:
             shown.add_column(column, justify="left" if column == "revision" else "right", no_wrap=True)
         for revision, heads in rows.groupby("revision", sort=False):
             best = heads.loc[heads.sel_induction.idxmax()]
-            shown.add_row(revision, _tokens_text(best.tokens), f"{best.top1:.2f}",
-                          f"{best.head_id} {best.sel_induction:.0f}x", str(int(heads.induction_circuit.sum())),
-                          f"{heads.sink.mean():.0%}")
+            shown.add_row(
+                revision,
+                _tokens_text(best.tokens),
+                f"{best.top1:.2f}",
+                f"{best.head_id} {best.sel_induction:.0f}x",
+                str(int(heads.induction_circuit.sum())),
+                f"{heads.sink.mean():.0%}",
+            )
         out_console.print(shown)
 
 
@@ -494,8 +582,10 @@ def print_ablation(result) -> None:
     first = table.iloc[0]
     title = escape(f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})")
     metrics = ("top1", "top5", "loss", "mean_logit_answer")
-    names = [name + ("*" if metric == first.decided_by else "")
-             for name, metric in zip(("top-1", "top-5", "loss", "logit"), metrics)]
+    names = [
+        name + ("*" if metric == first.decided_by else "")
+        for name, metric in zip(("top-1", "top-5", "loss", "logit"), metrics)
+    ]
     # Numbers stay whole; the heads wrap between ids.
     columns = {"condition": {}, "heads": {}, **{name: {"justify": "right", "no_wrap": True} for name in names}}
     rows: list[list[str]] = []
@@ -518,19 +608,27 @@ def print_ablation(result) -> None:
     out_console.print(shown)
     shortfall = int(table.shortfall.max())
     if shortfall:
-        console.print(f"[bold yellow]shortfall:[/] the circuit's layers hold too few other heads: each matched-random "
-                      f"set has {shortfall} head(s) fewer than the circuit (column shortfall), which favours "
-                      "'necessary'", highlight=False)
+        console.print(
+            f"[bold yellow]shortfall:[/] the circuit's layers hold too few other heads: each matched-random "
+            f"set has {shortfall} head(s) fewer than the circuit (column shortfall), which favours "
+            "'necessary'",
+            highlight=False,
+        )
     style = "green" if first.verdict == "necessary" else "yellow"
     chosen = json.loads(first.config_json).get("metric", "auto")
-    why = (f"set by --metric {chosen}" if chosen != "auto" else
-           f"clean top-1 {table.top1.iloc[0]:.3f} {'>=' if first.decided_by == 'top1' else '<'} {MIN_TOP1:g}")
+    why = (
+        f"set by --metric {chosen}"
+        if chosen != "auto"
+        else f"clean top-1 {table.top1.iloc[0]:.3f} {'>=' if first.decided_by == 'top1' else '<'} {MIN_TOP1:g}"
+    )
     out_console.print(f"deciding metric: {first.decided_by} ({why})", highlight=False)
     out_console.print(
         f"differential ({first.decided_by}; damage(circuit) - damage(random)): {first.differential:+.4f} "
         f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and draws) "
         f"-> [{style}]{first.verdict}[/]   (circuit: {first.circuit_heads}, from {result.circuit_source}; "
-        f"{int(first.n_examples)} examples, {result.wall_s:.1f} s)", highlight=False)
+        f"{int(first.n_examples)} examples, {result.wall_s:.1f} s)",
+        highlight=False,
+    )
 
 
 @app.command()
@@ -538,22 +636,34 @@ def print_ablation(result) -> None:
 def ablate(
     config,
     model: str = MODEL,
-    circuit: str = typer.Option(..., help="induction, previous-token (best class previous-token, >= 100x), "
-                                "previous-token-any (>= 100x), sink (the screen's all-head sets); pr-top:K (the K "
-                                "heads of highest time-integrated PR over the revisions in --out); or heads like "
-                                "L2H11,L4H12."),
+    circuit: str = typer.Option(
+        ...,
+        help="induction, previous-token (best class previous-token, >= 100x), "
+        "previous-token-any (>= 100x), sink (the screen's all-head sets); pr-top:K (the K "
+        "heads of highest time-integrated PR over the revisions in --out); or heads like "
+        "L2H11,L4H12.",
+    ),
     revision: Optional[str] = REVISION,
-    draws: int = typer.Option(20, "--draws", "--seeds", help="Matched-random head sets (same layers, same count "
-                              "per layer), each drawn with its own seed."),
+    draws: int = typer.Option(
+        20,
+        "--draws",
+        "--seeds",
+        help="Matched-random head sets (same layers, same count per layer), each drawn with its own seed.",
+    ),
     mode: str = typer.Option("zero", help="zero, or mean (the head's mean output over the probe)."),
     seed: int = typer.Option(0, "--ablation-seed", help="Seed of the random draws and the bootstrap."),
     n_bootstrap: int = typer.Option(2000, help="Bootstrap resamples for the differential's interval."),
     singles: bool = typer.Option(True, help="Also ablate each circuit head alone."),
-    metric: str = typer.Option("auto", help="Deciding metric: top1 or loss [auto: top1 when the clean top-1 "
-                               "is >= 0.1, else loss]."),
+    metric: str = typer.Option(
+        "auto", help="Deciding metric: top1 or loss [auto: top1 when the clean top-1 is >= 0.1, else loss]."
+    ),
     stack: int = typer.Option(8, help="Conditions per forward pass (memory, not results)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory: reads a stored screen from it "
-                                       "and writes ablations/<model>@<revision>.parquet."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Results directory: reads a stored screen from it and writes ablations/<model>@<revision>.parquet.",
+    ),
     name: Optional[str] = NAME,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     cache_dir: Optional[Path] = CACHE_DIR,
@@ -565,8 +675,16 @@ def ablate(
     from headtrace.store import check_writable
 
     _quiet_transformers()
-    ablation = AblationConfig(circuit=circuit, draws=draws, mode=mode, seed=seed, n_bootstrap=n_bootstrap,
-                              singles=singles, stack=stack, metric=metric)
+    ablation = AblationConfig(
+        circuit=circuit,
+        draws=draws,
+        mode=mode,
+        seed=seed,
+        n_bootstrap=n_bootstrap,
+        singles=singles,
+        stack=stack,
+        metric=metric,
+    )
     ablation.validate()
     location, hub_revision, _ = checkpoint_location(model, revision)
     cache = str(cache_dir) if cache_dir else None
@@ -575,11 +693,22 @@ def ablate(
     if out:
         check_writable(out)
     name = name or _default_name(model)
-    with on_interrupt("nothing was written", again="run it again"), \
-            progress_bars(f"screen {name}", "ablate", waiting=f"load {_label(name, revision)}") as (screening, ablating):
-        result = ablate_checkpoint(model, revision, config, ablation, out=out, screen_progress=screening,
-                                   progress=ablating, name=name, trust_remote_code=trust_remote_code,
-                                   cache_dir=cache)
+    with (
+        on_interrupt("nothing was written", again="run it again"),
+        progress_bars(f"screen {name}", "ablate", waiting=f"load {_label(name, revision)}") as (screening, ablating),
+    ):
+        result = ablate_checkpoint(
+            model,
+            revision,
+            config,
+            ablation,
+            out=out,
+            screen_progress=screening,
+            progress=ablating,
+            name=name,
+            trust_remote_code=trust_remote_code,
+            cache_dir=cache,
+        )
     print_ablation(result)
     if out:
         console.print(f"results written to {out}/ablations/", highlight=False, markup=False)
@@ -591,22 +720,34 @@ def _status(status: str) -> str:
     return f"[{style}]{escape(status)}[/]" if style else escape(status)
 
 
-STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim", "sharp": "cyan",
-                "gradual": "cyan", "as expected": "green", "differs": "yellow"}
+STATUS_STYLE = {
+    "holds": "green",
+    "does not hold": "yellow",
+    "not measurable": "dim",
+    "sharp": "cyan",
+    "gradual": "cyan",
+    "as expected": "green",
+    "differs": "yellow",
+}
 
 
 @app.command()
 def findings(
     results: Path = typer.Argument(..., help="Results directory (from screen, run or import-reference)."),
     sharp_share: Optional[float] = typer.Option(
-        None, help="F2: sharp when the largest adjacent-revision jump is >= this share of the total rise [0.5]."),
+        None, help="F2: sharp when the largest adjacent-revision jump is >= this share of the total rise [0.5]."
+    ),
     early_share: Optional[float] = typer.Option(
-        None, help="F4: early when recall reaches 2/3 within this share of training tokens [0.1]."),
+        None, help="F4: early when recall reaches 2/3 within this share of training tokens [0.1]."
+    ),
     pr_rise_fraction: Optional[float] = typer.Option(
-        None, help="F5: PR is elevated at this fraction of its largest rise above its running minimum [0.5]."),
+        None, help="F5: PR is elevated at this fraction of its largest rise above its running minimum [0.5]."
+    ),
     panel: Optional[Path] = typer.Option(
-        None, help="Panel file whose models state expected results (expect = { F2 = \"gradual\" }); kept in "
-        "RESULTS/expect.json for later calls and the report."),
+        None,
+        help='Panel file whose models state expected results (expect = { F2 = "gradual" }); kept in '
+        "RESULTS/expect.json for later calls and the report.",
+    ),
 ) -> None:
     """Findings F1-F6 per model; writes findings.parquet and findings.md into the results directory."""
     from headtrace.findings import write_findings
@@ -619,12 +760,12 @@ def findings(
         expect = load_panel(panel).expectations
     options = {"sharp_share": sharp_share, "early_share": early_share, "pr_rise_fraction": pr_rise_fraction}
     with console.status(f"computing the findings of {escape(str(results))}"):
-        table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}),
-                               expect)
+        table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}), expect)
     models = [row.model if isinstance(row.model, str) else f"{row.family} (across seeds)" for row in table.itertuples()]
     single = len(set(models)) == 1  # then the title names the model, and the statements have its column's width
-    shown = Table(title=f"findings: {escape(str(results))}" + (f" ({escape(models[0])})" if single else ""),
-                  show_lines=True)
+    shown = Table(
+        title=f"findings: {escape(str(results))}" + (f" ({escape(models[0])})" if single else ""), show_lines=True
+    )
     # The statements take what the other columns leave, and wrap.
     if not single:
         shown.add_column("model", overflow="fold", ratio=1)
@@ -657,8 +798,9 @@ def import_reference(
     runs = pd.concat([pd.read_parquet(path) for path in written], ignore_index=True)
     for line in provenance(runs):
         console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
-    console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}", highlight=False,
-                  markup=False)
+    console.print(
+        f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}", highlight=False, markup=False
+    )
 
 
 @app.command()
@@ -671,7 +813,11 @@ def report(
 
     with console.status(f"drawing the report of {escape(str(results))}"):
         page = build_report(results, out)
-    console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)", highlight=False, markup=False)
+    console.print(
+        f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)", highlight=False, markup=False
+    )
+
+
 class RunProgress:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 
@@ -698,17 +844,23 @@ class RunProgress:
         if plan.stale_lock:
             console.print(f"took over the lock of a run that died (pid {plan.stale_lock.get('pid')})", markup=False)
         done, todo = len(plan.skipped), len(plan.computed) + len(plan.recomputed)
-        console.print(f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
-                      + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
-                      + "".join(f", {len(t.todo)} to run {name}" + (f" ({len(t.kept)} done)" if t.kept else "")
-                                for name, t in plan.stages.items() if t.todo or t.kept))
+        console.print(
+            f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
+            + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
+            + "".join(
+                f", {len(t.todo)} to run {name}" + (f" ({len(t.kept)} done)" if t.kept else "")
+                for name, t in plan.stages.items()
+                if t.todo or t.kept
+            )
+        )
         for gap in plan.missing:
             console.print(f"[yellow]missing:[/] {escape(gap.text())}", highlight=False)
         for note in plan.notes:
             console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
         self.done, self.total = done, len(plan.planned)
-        self.panel = self.progress.add_task(f"panel {self.name}", total=self.total, completed=done,
-                                            info=f"{done}/{self.total} revisions")
+        self.panel = self.progress.add_task(
+            f"panel {self.name}", total=self.total, completed=done, info=f"{done}/{self.total} revisions"
+        )
         self.screen = self.progress.add_task("screen", total=None, visible=False, info="")
         self.download = self.progress.add_task("download", total=None, visible=False, info="")
 
@@ -753,21 +905,28 @@ def run(
     address: Optional[str] = typer.Option(None, help="Ray cluster to attach to (default: start one here)."),
     keep_checkpoints: bool = typer.Option(False, help="Keep downloaded checkpoints in the hub cache."),
     prefetch: bool = typer.Option(True, help="Download the next revision while screening (local executor)."),
-    gpus_per_task: Optional[float] = typer.Option(None, help="Ray: GPUs per task, fractions allowed "
-                                                  "(default: 1 on cuda, else 0)."),
+    gpus_per_task: Optional[float] = typer.Option(
+        None, help="Ray: GPUs per task, fractions allowed (default: 1 on cuda, else 0)."
+    ),
     cpus_per_task: float = typer.Option(1.0, help="Ray: CPUs per task."),
     max_retries: int = typer.Option(3, help="Ray: re-runs of a task whose worker died."),
 ) -> None:
     """Screen every (model, revision) of a panel; re-running resumes where it stopped."""
     from headtrace.executors import RayOptions
 
-    ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
-                     max_retries=max_retries)
+    ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, max_retries=max_retries)
     _run_panel_file(panel, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch, ray=ray)
 
 
-def _run_panel_file(panel: Path, out: Optional[Path], executor: str = "local", keep_checkpoints: bool = False,
-                    prefetch: bool = True, ray=None, threads: int = 1) -> None:
+def _run_panel_file(
+    panel: Path,
+    out: Optional[Path],
+    executor: str = "local",
+    keep_checkpoints: bool = False,
+    prefetch: bool = True,
+    ray=None,
+    threads: int = 1,
+) -> None:
     """`headtrace run` (the demo runs its panel file through it too); `threads`: torch threads of the
     organisms it trains (`train = true`)."""
     from headtrace.executors import RayOptions
@@ -779,32 +938,58 @@ def _run_panel_file(panel: Path, out: Optional[Path], executor: str = "local", k
     out = out or Path("results") / spec.name
     warn_ceilings(spec.screen, planned_ceilings(spec.screen))
     kept = f"finished revisions in {out}/ are kept and a re-run skips them"
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
-               TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(bar_width=24),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+    )
     with on_interrupt(kept), Progress(*columns, console=console) as progress:
         display = RunProgress(progress, spec.name, threads)
-        result = run_panel(spec, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch,
-                           ray=ray or RayOptions(), reporter=display, on_start=display.start, train_one=display.train)
+        result = run_panel(
+            spec,
+            out,
+            executor=executor,
+            keep_checkpoints=keep_checkpoints,
+            prefetch=prefetch,
+            ray=ray or RayOptions(),
+            reporter=display,
+            on_start=display.start,
+            train_one=display.train,
+        )
     for model, revision, same in result.identical:
-        console.print(f"[bold red]WARNING: identical weights:[/] {escape(model)} {escape(revision)} has the same "
-                      f"weight files as {escape(same)}; the source may serve the wrong checkpoint for one of them "
-                      "(cf. Pythia issue #205)", highlight=False)
-    console.print(f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
-                  + "".join(f", {len(t.done)} {name} done" for name, t in result.stages.items() if t.done)
-                  + f"); summary: headtrace results {out}", highlight=False, markup=False)
+        console.print(
+            f"[bold red]WARNING: identical weights:[/] {escape(model)} {escape(revision)} has the same "
+            f"weight files as {escape(same)}; the source may serve the wrong checkpoint for one of them "
+            "(cf. Pythia issue #205)",
+            highlight=False,
+        )
+    console.print(
+        f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
+        + "".join(f", {len(t.done)} {name} done" for name, t in result.stages.items() if t.done)
+        + f"); summary: headtrace results {out}",
+        highlight=False,
+        markup=False,
+    )
     for name, tally in result.stages.items():
         for label, error in tally.failed.items():
             console.print(f"[bold yellow]{name} not run[/] for {escape(label)}: {escape(error)}", highlight=False)
     if result.stopped_by:
-        raise WorkFailed(f"the panel stopped at {result.stopped_by} (re-run the same command once "
-                         "that is fixed: finished revisions are kept)")
-    failed = [f"{len(result.failed)} of {len(result.planned)} revisions failed ({', '.join(result.failed)})"
-              if result.failed else ""]
-    failed += [f"{name} did not run for {', '.join(t.failed)}"
-               for name, t in result.stages.items() if t.failed]
+        raise WorkFailed(
+            f"the panel stopped at {result.stopped_by} (re-run the same command once "
+            "that is fixed: finished revisions are kept)"
+        )
+    failed = [
+        f"{len(result.failed)} of {len(result.planned)} revisions failed ({', '.join(result.failed)})"
+        if result.failed
+        else ""
+    ]
+    failed += [f"{name} did not run for {', '.join(t.failed)}" for name, t in result.stages.items() if t.failed]
     if any(failed):
-        raise WorkFailed("; ".join(f for f in failed if f) + "; fix the cause and re-run the same command: "
-                         "finished revisions are kept")
+        raise WorkFailed(
+            "; ".join(f for f in failed if f) + "; fix the cause and re-run the same command: "
+            "finished revisions are kept"
+        )
 
 
 def _tokens_text(tokens: float) -> str:
@@ -819,18 +1004,30 @@ def _revision_cells(model: str, revision: str, heads, row) -> list[str]:
     circuit = list(heads.loc[heads.induction_circuit, "head_id"])
     shown = ", ".join(circuit[:4]) + (", ..." if len(circuit) > 4 else "")
     top1 = "-" if row.top1 != row.top1 else f"{row.top1:.3f}"  # NaN: not measured (imported reference results)
-    return [escape(model), escape(revision), _tokens_text(row.tokens), top1,
-            f"{len(circuit)} ({shown})" if circuit else "0",
-            f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}", str(int(heads.baseline_underflow.sum()))]
+    return [
+        escape(model),
+        escape(revision),
+        _tokens_text(row.tokens),
+        top1,
+        f"{len(circuit)} ({shown})" if circuit else "0",
+        f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}",
+        str(int(heads.baseline_underflow.sum())),
+    ]
 
 
 @app.command()
 def results(
     out: Path = typer.Argument(..., help="Results directory written by `headtrace run` or `screen --out`."),
-    save: Optional[Path] = typer.Option(None, help="Also save the one-table view: .parquet, .csv or .json (the "
-                                        "extension names the format)."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Then keep watching: print each revision as it is "
-                                "screened (a training run's HeadtraceCallback or Watcher, or a panel); Ctrl-C ends."),
+    save: Optional[Path] = typer.Option(
+        None, help="Also save the one-table view: .parquet, .csv or .json (the extension names the format)."
+    ),
+    follow: bool = typer.Option(
+        False,
+        "--follow",
+        "-f",
+        help="Then keep watching: print each revision as it is "
+        "screened (a training run's HeadtraceCallback or Watcher, or a panel); Ctrl-C ends.",
+    ),
     interval: float = typer.Option(1.0, min=0.01, help="--follow: seconds between looks at the runs folder."),
     timeout: Optional[float] = typer.Option(None, min=0, help="--follow: stop after this many seconds (exit 0)."),
 ) -> None:
@@ -847,24 +1044,45 @@ def results(
     table = load_results(out)
     runs = table.drop_duplicates(["model", "revision"])
     single = runs.model.nunique() == 1  # then the title names the model
-    title = f"{escape(str(out))}: {len(runs)} revisions" + (f" of {escape(runs.model.iloc[0])}" if single else "") + (
-        f", {len(table)} heads")
+    title = (
+        f"{escape(str(out))}: {len(runs)} revisions"
+        + (f" of {escape(runs.model.iloc[0])}" if single else "")
+        + (f", {len(table)} heads")
+    )
     right = {"justify": "right", "no_wrap": True}
-    columns = {"model": {"overflow": "fold"}, "revision": {"overflow": "fold"}, "tokens": right, "top-1": right,
-               "induction heads": {}, "sink heads": {}, "underflow": right, "same weights as": {"overflow": "fold"}}
-    rows = [[*_revision_cells(model, revision, heads, heads.iloc[0]), escape(same) if isinstance(same, str) else ""]
-            for (model, revision), heads in table.groupby(["model", "revision"], sort=False)
-            for same in [heads.same_weights_as.iloc[0]]]
+    columns = {
+        "model": {"overflow": "fold"},
+        "revision": {"overflow": "fold"},
+        "tokens": right,
+        "top-1": right,
+        "induction heads": {},
+        "sink heads": {},
+        "underflow": right,
+        "same weights as": {"overflow": "fold"},
+    }
+    rows = [
+        [*_revision_cells(model, revision, heads, heads.iloc[0]), escape(same) if isinstance(same, str) else ""]
+        for (model, revision), heads in table.groupby(["model", "revision"], sort=False)
+        for same in [heads.same_weights_as.iloc[0]]
+    ]
     if single:
         del columns["model"]
         rows = [row[1:] for row in rows]
     # Columns with nothing to say go first when the terminal is narrow.
-    empty = [name for name, nothing in (("same weights as", runs.same_weights_as.isna().all()),
-                                        ("underflow", not table.baseline_underflow.any())) if nothing]
+    empty = [
+        name
+        for name, nothing in (
+            ("same weights as", runs.same_weights_as.isna().all()),
+            ("underflow", not table.baseline_underflow.any()),
+        )
+        if nothing
+    ]
     out_console.print(fitted_table(title, columns, rows, drop=empty))
     if runs.same_weights_as.notna().any():
-        console.print("[bold red]WARNING:[/] some revisions have identical weight files (column "
-                      "same_weights_as): the source may serve the wrong checkpoint for them")
+        console.print(
+            "[bold red]WARNING:[/] some revisions have identical weight files (column "
+            "same_weights_as): the source may serve the wrong checkpoint for them"
+        )
     if save:
         save_table(table, save)
         console.print(f"saved {len(table)} rows to {save}", highlight=False, markup=False)
@@ -885,8 +1103,19 @@ def _follow(out: Path, interval: float, timeout: Optional[float]) -> None:
             console.print(f"[yellow]skipped[/] {escape(name)}: {escape(str(exc))}", highlight=False)
         else:
             cells = _revision_cells(str(run.model), str(run.revision), heads, run)
-            out_console.print("  ".join([cells[0], cells[1], f"tokens {cells[2] or '-'}", f"top-1 {cells[3]}",
-                                         f"induction heads {cells[4]}", f"sinks {cells[5]}"]), highlight=False)
+            out_console.print(
+                "  ".join(
+                    [
+                        cells[0],
+                        cells[1],
+                        f"tokens {cells[2] or '-'}",
+                        f"top-1 {cells[3]}",
+                        f"induction heads {cells[4]}",
+                        f"sinks {cells[5]}",
+                    ]
+                ),
+                highlight=False,
+            )
         shown.add(name)
 
     try:
@@ -894,8 +1123,9 @@ def _follow(out: Path, interval: float, timeout: Optional[float]) -> None:
             for name in fresh:
                 show(name)
             if not looks:
-                console.print(f"following {escape(str(out))}/ ({len(shown) or 'no'} revisions yet; Ctrl-C ends)",
-                              highlight=False)
+                console.print(
+                    f"following {escape(str(out))}/ ({len(shown) or 'no'} revisions yet; Ctrl-C ends)", highlight=False
+                )
     except KeyboardInterrupt:
         console.print(f"stopped following {escape(str(out))}/ ({len(shown)} revisions)", highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None

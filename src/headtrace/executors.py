@@ -141,11 +141,20 @@ def _run_stages(task: Task, checkpoint: Checkpoint, settings: TaskSettings, repo
     except HeadtraceError as exc:
         return TaskResult(task, error=str(exc), fatal=isinstance(exc, DiskFull))
     context = CheckpointContext(
-        model=task.source.name, revision=task.revision, adapter=adapter, probe=probe, config=config,
-        results=ResultsDir(settings.out), source=checkpoint.source, checkpoint_hash=checkpoint.checkpoint_hash,
-        downloaded_bytes=checkpoint.downloaded_bytes, fetch_s=checkpoint.fetch_s, load_s=load_s,
+        model=task.source.name,
+        revision=task.revision,
+        adapter=adapter,
+        probe=probe,
+        config=config,
+        results=ResultsDir(settings.out),
+        source=checkpoint.source,
+        checkpoint_hash=checkpoint.checkpoint_hash,
+        downloaded_bytes=checkpoint.downloaded_bytes,
+        fetch_s=checkpoint.fetch_s,
+        load_s=load_s,
         member=settings.member(task.source.name),
-        progress=lambda step: reporter.screening(f"{task.label} {step}".strip()))
+        progress=lambda step: reporter.screening(f"{task.label} {step}".strip()),
+    )
     stages = {stage.name: stage for stage in settings.stages}
     outcome = TaskResult(task)
     for name in task.stages:
@@ -229,8 +238,9 @@ class ExecutionOptions:
     ray: RayOptions = RayOptions()  # ray: where and how
 
 
-def run_local(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter,
-              options: ExecutionOptions = ExecutionOptions()) -> Iterator[TaskResult]:
+def run_local(
+    tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, options: ExecutionOptions = ExecutionOptions()
+) -> Iterator[TaskResult]:
     """Run tasks in order here; with `prefetch`, the next one downloads while this one is screened."""
     keep = settings.keep_checkpoints
     ahead = _Prefetch(tasks[0], reporter, keep) if options.prefetch and tasks else None
@@ -250,8 +260,9 @@ def run_local(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter,
             ahead.abandon()
 
 
-def run_ray(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter,
-            options: ExecutionOptions = ExecutionOptions()) -> Iterator[TaskResult]:
+def run_ray(
+    tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, options: ExecutionOptions = ExecutionOptions()
+) -> Iterator[TaskResult]:
     """Run every task as a Ray task; results arrive as tasks end. A Ray connection this process
     already has is used as it is; otherwise one is made (and closed at the end)."""
     import ray  # only for --executor ray
@@ -263,9 +274,7 @@ def run_ray(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter,
         if options.address:
             ray.init(address=options.address, log_to_driver=False)
         else:
-            ray.init(
-                num_cpus=options.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False
-            )
+            ray.init(num_cpus=options.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
     gpus = options.gpus_per_task
     if gpus is None:
         gpus = 1.0 if settings.config.device.startswith("cuda") else 0.0

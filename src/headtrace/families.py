@@ -76,8 +76,7 @@ def expand(values: dict, fail: Fail) -> list[dict]:
         raise fail("seeds", f"seed {repeated[0]} is listed twice")
     template = entry["id"]
     if SEED not in template:
-        raise fail("id", f"a seed family's id names each member: put {SEED} in it, e.g. "
-                         f"'{template}-seed{SEED}'")
+        raise fail("id", f"a seed family's id names each member: put {SEED} in it, e.g. '{template}-seed{SEED}'")
     if path is not None and SEED not in path:
         raise fail("path", f"every member needs its own folder: put {SEED} in path, e.g. 'organisms/dense-s{SEED}'")
     if seed0 is not None:
@@ -91,8 +90,13 @@ def expand(values: dict, fail: Fail) -> list[dict]:
     members = []
     for seed in ([0] if seed0 is not None else []) + list(seeds):
         model = seed0 if seed == 0 and seed0 is not None else template.replace(SEED, str(seed))
-        member = {**entry, "id": model, "family": family, "seed": seed,
-                  "organism": organism_for(settings or {}, seed, fail) if train else None}
+        member = {
+            **entry,
+            "id": model,
+            "family": family,
+            "seed": seed,
+            "organism": organism_for(settings or {}, seed, fail) if train else None,
+        }
         if path is not None:
             member["path"] = path.replace(SEED, str(seed))
         members.append(member)
@@ -112,9 +116,12 @@ def check_new_members(members: Sequence[dict], known: Iterable, fail: Fail) -> N
 
 def _organism_fields() -> dict[str, tuple[str, str]]:
     """Setting name -> (part of Organism, annotated type), the seed excepted (a member's seed sets it)."""
-    return {f.name: (part, str(f.type)) for part, cls in (("recipe", Recipe), ("corpus", CorpusConfig),
-                                                          ("train", TrainConfig))
-            for f in dataclasses.fields(cls) if f.name != "seed"}
+    return {
+        f.name: (part, str(f.type))
+        for part, cls in (("recipe", Recipe), ("corpus", CorpusConfig), ("train", TrainConfig))
+        for f in dataclasses.fields(cls)
+        if f.name != "seed"
+    }
 
 
 def _setting_ok(value, kind: str) -> bool:
@@ -137,15 +144,22 @@ def organism_for(settings: dict, seed: int | None, fail: Fail) -> Organism:
                 raise fail("organism", "organism.seed is set by the family: each member trains with its seed")
             if seed is None and key == "vary":
                 raise fail("organism", "organism.vary applies to a seed family: add seeds = [...]")
-            if (key == "vary" and value not in VARY) or (key == "seed" and not (_setting_ok(value, "int")
-                                                                               and value >= 0)):
-                raise fail("organism", f"organism.{key} = {value!r} is not one of: "
-                                       + (", ".join(VARY) if key == "vary" else "integers >= 0"))
+            if (key == "vary" and value not in VARY) or (
+                key == "seed" and not (_setting_ok(value, "int") and value >= 0)
+            ):
+                raise fail(
+                    "organism",
+                    f"organism.{key} = {value!r} is not one of: "
+                    + (", ".join(VARY) if key == "vary" else "integers >= 0"),
+                )
             continue
         if key not in fields:
             hint = difflib.get_close_matches(key, list(fields), n=1)
-            raise fail("organism", f"unknown organism setting '{key}'"
-                       + (f"; did you mean '{hint[0]}'?" if hint else f"; allowed: {', '.join(fields)}, vary"))
+            raise fail(
+                "organism",
+                f"unknown organism setting '{key}'"
+                + (f"; did you mean '{hint[0]}'?" if hint else f"; allowed: {', '.join(fields)}, vary"),
+            )
         part, kind = fields[key]
         if not _setting_ok(value, kind):
             what = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
@@ -154,9 +168,11 @@ def organism_for(settings: dict, seed: int | None, fail: Fail) -> Organism:
     seed = own_seed if seed is None else seed
     data_seed, init_seed = (seed if vary in ("both", "data") else 0), (seed if vary in ("both", "weights") else 0)
     try:
-        organism = Organism(recipe=recipe(parts["recipe"].pop("arch", "dense"), **parts["recipe"]),
-                            corpus=CorpusConfig(**parts["corpus"], seed=data_seed),
-                            train=TrainConfig(**parts["train"], seed=init_seed))
+        organism = Organism(
+            recipe=recipe(parts["recipe"].pop("arch", "dense"), **parts["recipe"]),
+            corpus=CorpusConfig(**parts["corpus"], seed=data_seed),
+            train=TrainConfig(**parts["train"], seed=init_seed),
+        )
         organism.validate()
     except HeadtraceError as exc:
         raise fail("organism", f"organism settings: {exc}") from None
@@ -182,8 +198,10 @@ class Gap:
         return dataclasses.asdict(self)
 
     def text(self) -> str:
-        return (f"{self.model} (seed {self.seed} of {self.family}) has no revision {self.revision}: left out of "
-                "that revision's statistics, not filled")
+        return (
+            f"{self.model} (seed {self.seed} of {self.family}) has no revision {self.revision}: left out of "
+            "that revision's statistics, not filled"
+        )
 
 
 def groups(models: Sequence) -> list[list]:
@@ -194,15 +212,18 @@ def groups(models: Sequence) -> list[list]:
     return list(grouped.values())
 
 
-def select_members(group: Sequence, catalogs: Sequence[list[Revision]], where: str
-                   ) -> tuple[list[list[Revision]], list[Gap]]:
+def select_members(
+    group: Sequence, catalogs: Sequence[list[Revision]], where: str
+) -> tuple[list[list[Revision]], list[Gap]]:
     """Each member's revisions, and what members lack. A single model selects from its own catalog;
     a family's list or `log:N` is resolved over the union of its members' revisions (a name no member
     has is an error naming the closest ones), then each member takes those it has."""
     selection = group[0].revisions
     if group[0].family is None or selection == "all":
-        return [select(catalog, selection, where if len(group) == 1 else f"{where} ({m.id})")
-                for m, catalog in zip(group, catalogs)], []
+        return [
+            select(catalog, selection, where if len(group) == 1 else f"{where} ({m.id})")
+            for m, catalog in zip(group, catalogs)
+        ], []
     union = {r.name: r for catalog in catalogs for r in catalog}
     ordered = sorted(union.values(), key=lambda r: (r.tokens is None, r.tokens or 0.0, r.step or 0, r.name))
     wanted = select(ordered, selection, where)

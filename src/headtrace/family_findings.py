@@ -19,9 +19,23 @@ import pandas as pd
 
 from headtrace.errors import HeadtraceError
 from headtrace.families import Gap
-from headtrace.trajectory import (AS_EXPECTED, DIFFERS, DOES_NOT_HOLD, GRADUAL, HOLDS, NOT_MEASURABLE, SHARP,
-                                  ModelTrajectory, TrajectoryConfig, _markdown_table, _to_json, final_circuit,
-                                  milestones, model_trajectories, tokens_label)
+from headtrace.trajectory import (
+    AS_EXPECTED,
+    DIFFERS,
+    DOES_NOT_HOLD,
+    GRADUAL,
+    HOLDS,
+    NOT_MEASURABLE,
+    SHARP,
+    ModelTrajectory,
+    TrajectoryConfig,
+    _markdown_table,
+    _to_json,
+    final_circuit,
+    milestones,
+    model_trajectories,
+    tokens_label,
+)
 
 _OUTCOMES = (HOLDS, DOES_NOT_HOLD, SHARP, GRADUAL, AS_EXPECTED, DIFFERS)  # tie order of a family's status
 
@@ -40,8 +54,10 @@ def members(runs: pd.DataFrame) -> dict[str, dict[int, str]]:
         seeds = found.setdefault(str(row.family), {})
         seed = int(row.seed)
         if seeds.get(seed, row.model) != row.model or rows.model.eq(row.model).sum() > 1:
-            raise HeadtraceError(f"the results hold two runs as seed {seed} of family '{row.family}' (or one model in "
-                                 "two families); keep one results directory per panel")
+            raise HeadtraceError(
+                f"the results hold two runs as seed {seed} of family '{row.family}' (or one model in "
+                "two families); keep one results directory per panel"
+            )
         seeds[seed] = str(row.model)
     return {family: dict(sorted(seeds.items())) for family, seeds in found.items()}
 
@@ -52,14 +68,22 @@ def across_seeds(panels: Sequence[ModelTrajectory], column: str) -> pd.DataFrame
     frames = [p.revisions[["revision", "tokens", column]].assign(model=p.name) for p in panels]
     table = pd.concat(frames, ignore_index=True)
     grouped = table.groupby("revision", sort=False)
-    stats = grouped.agg(tokens=("tokens", "first"), median=(column, "median"), low=(column, "min"),
-                        high=(column, "max"), n=(column, "count"))
+    stats = grouped.agg(
+        tokens=("tokens", "first"),
+        median=(column, "median"),
+        low=(column, "min"),
+        high=(column, "max"),
+        n=(column, "count"),
+    )
     values: dict[str, dict[str, float]] = {}
     for row in table.dropna(subset=[column]).itertuples():
         values.setdefault(row.revision, {})[row.model] = float(getattr(row, column))
     stats["values"] = [values.get(revision, {}) for revision in stats.index]
-    return stats.reset_index().sort_values(["tokens", "revision"], kind="stable", na_position="last").reset_index(
-        drop=True)
+    return (
+        stats.reset_index()
+        .sort_values(["tokens", "revision"], kind="stable", na_position="last")
+        .reset_index(drop=True)
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -82,9 +106,13 @@ class Spread:
 
     def as_dict(self) -> dict:
         data = np.array(list(self.values.values()), dtype=float)
-        return {"per_seed": {str(s): v for s, v in self.values.items()}, "n": self.n,
-                "median": float(np.median(data)) if self.n else None,
-                "low": float(data.min()) if self.n else None, "high": float(data.max()) if self.n else None}
+        return {
+            "per_seed": {str(s): v for s, v in self.values.items()},
+            "n": self.n,
+            "median": float(np.median(data)) if self.n else None,
+            "low": float(data.min()) if self.n else None,
+            "high": float(data.max()) if self.n else None,
+        }
 
     def text(self, show: Callable[[float], str], of: int | None = None) -> str:
         """'1.1B [0.9B-1.3B] (9/10 seeds)': median [range] (seeds that have it / all); 'no seed' when empty."""
@@ -113,7 +141,9 @@ def tally(statuses: dict[int, str]) -> tuple[str, str, dict]:
     measurable), the counts as text, and as numbers."""
     counts = Counter(statuses.values())
     measurable = sum(n for status, n in counts.items() if status != NOT_MEASURABLE)
-    order = sorted(counts, key=lambda s: (s == NOT_MEASURABLE, -counts[s], _OUTCOMES.index(s) if s in _OUTCOMES else 99))
+    order = sorted(
+        counts, key=lambda s: (s == NOT_MEASURABLE, -counts[s], _OUTCOMES.index(s) if s in _OUTCOMES else 99)
+    )
     if not measurable:
         status = NOT_MEASURABLE
     else:
@@ -136,8 +166,9 @@ def _get(numbers: dict, *path):
     return numbers
 
 
-def _finding_figures(code: str, per: dict[int, tuple[str, dict, str]], config: TrajectoryConfig
-                     ) -> tuple[dict, list[str]]:
+def _finding_figures(
+    code: str, per: dict[int, tuple[str, dict, str]], config: TrajectoryConfig
+) -> tuple[dict, list[str]]:
     """The figures of one finding summarised over seeds: numbers, and statement fragments."""
     numbers, parts = {}, []
     n = len(per)
@@ -149,31 +180,60 @@ def _finding_figures(code: str, per: dict[int, tuple[str, dict, str]], config: T
             parts.append(f"{label}: {s.text(show, n)}")
 
     if code == "F1":
-        spread("floor_sink_heads", {s: _get(v, "floor_sink_heads") for s, (_, v, _) in per.items()}, _count,
-               f"sink head-revisions in layers 0-{config.floor_layers - 1}")
-        spread("low_layers_never", {s: (len(v["low_layers_never"]) if "low_layers_never" in v else None)
-                                    for s, (_, v, _) in per.items()}, _count, "low layers without any sink head")
+        spread(
+            "floor_sink_heads",
+            {s: _get(v, "floor_sink_heads") for s, (_, v, _) in per.items()},
+            _count,
+            f"sink head-revisions in layers 0-{config.floor_layers - 1}",
+        )
+        spread(
+            "low_layers_never",
+            {s: (len(v["low_layers_never"]) if "low_layers_never" in v else None) for s, (_, v, _) in per.items()},
+            _count,
+            "low layers without any sink head",
+        )
     elif code == "F2":
         shapes = Counter(v["verdict"] for _, v, _ in per.values() if "verdict" in v)
         numbers["shapes"] = {shape: shapes.get(shape, 0) for shape in (SHARP, GRADUAL)}
         measured = sum(shapes.values())
         if measured and any(st in (AS_EXPECTED, DIFFERS) for st, _, _ in per.values()):
             parts.append(f"sharp in {shapes.get(SHARP, 0)}/{measured}, gradual in {shapes.get(GRADUAL, 0)}/{measured}")
-        spread("share", {s: _get(v, "share") for s, (_, v, _) in per.items()}, lambda x: f"{x:.0%}",
-               "largest jump's share of the rise")
-        spread("jump_to_tokens", {s: _get(v, "jump_to_tokens") for s, (_, v, _) in per.items()}, tokens_label,
-               "largest jump ends at")
+        spread(
+            "share",
+            {s: _get(v, "share") for s, (_, v, _) in per.items()},
+            lambda x: f"{x:.0%}",
+            "largest jump's share of the rise",
+        )
+        spread(
+            "jump_to_tokens",
+            {s: _get(v, "jump_to_tokens") for s, (_, v, _) in per.items()},
+            tokens_label,
+            "largest jump ends at",
+        )
     elif code == "F3":
         spread("ratio", {s: _get(v, "ratio") for s, (_, v, _) in per.items()}, _ratio, "ratio")
-        spread("induction_tokens", {s: _get(v, "induction", "tokens") for s, (_, v, _) in per.items()},
-               tokens_label, "induction milestone")
-        spread("sink_tokens", {s: _get(v, "sink", "tokens") for s, (_, v, _) in per.items()}, tokens_label,
-               "sink milestone")
+        spread(
+            "induction_tokens",
+            {s: _get(v, "induction", "tokens") for s, (_, v, _) in per.items()},
+            tokens_label,
+            "induction milestone",
+        )
+        spread(
+            "sink_tokens",
+            {s: _get(v, "sink", "tokens") for s, (_, v, _) in per.items()},
+            tokens_label,
+            "sink milestone",
+        )
     elif code == "F4":
-        spread("circuit_size", {s: (len(v["final_circuit"]) if "final_circuit" in v else None)
-                                for s, (_, v, _) in per.items()}, _count, "final circuit heads")
-        levels = sorted({k for _, v, _ in per.values() for k in v.get("levels", {})},
-                        key=lambda k: float(k.rstrip("%")))
+        spread(
+            "circuit_size",
+            {s: (len(v["final_circuit"]) if "final_circuit" in v else None) for s, (_, v, _) in per.items()},
+            _count,
+            "final circuit heads",
+        )
+        levels = sorted(
+            {k for _, v, _ in per.values() for k in v.get("levels", {})}, key=lambda k: float(k.rstrip("%"))
+        )
         numbers["levels"] = {}
         for level in levels:
             share = Spread.of({s: _get(v, "levels", level, "share") for s, (_, v, _) in per.items()})
@@ -182,8 +242,12 @@ def _finding_figures(code: str, per: dict[int, tuple[str, dict, str]], config: T
             if share.n:
                 parts.append(f"share of training at recall >= {level}: {share.text(_share, n)}")
     elif code == "F5":
-        spread("median_lead_revisions", {s: _get(v, "median_lead_revisions") for s, (_, v, _) in per.items()},
-               _count, "median lead (revisions)")
+        spread(
+            "median_lead_revisions",
+            {s: _get(v, "median_lead_revisions") for s, (_, v, _) in per.items()},
+            _count,
+            "median lead (revisions)",
+        )
         fragile = sorted(s for s, (_, v, _) in per.items() if v.get("fragile"))
         numbers["fragile"] = fragile
         if numbers["median_lead_revisions"]["n"]:
@@ -194,8 +258,10 @@ def _finding_figures(code: str, per: dict[int, tuple[str, dict, str]], config: T
         numbers["circuit_memberships"] = int(sum(v for v in members.values() if v is not None))
         numbers["below_null"] = {str(s): v for s, v in below.items() if v is not None}
         if numbers["below_null"]:
-            parts.append(f"{sum(numbers['below_null'].values())} of {numbers['circuit_memberships']} circuit "
-                         "memberships below the null")
+            parts.append(
+                f"{sum(numbers['below_null'].values())} of {numbers['circuit_memberships']} circuit "
+                "memberships below the null"
+            )
     return numbers, parts
 
 
@@ -205,8 +271,9 @@ def _missing_clause(gaps: Sequence[Gap]) -> str:
     by_seed: dict[int, list[str]] = {}
     for gap in gaps:
         by_seed.setdefault(gap.seed, []).append(gap.revision)
-    return "; missing (left out, not filled): " + ", ".join(f"seed {s} lacks {', '.join(r)}"
-                                                           for s, r in sorted(by_seed.items()))
+    return "; missing (left out, not filled): " + ", ".join(
+        f"seed {s} lacks {', '.join(r)}" for s, r in sorted(by_seed.items())
+    )
 
 
 def _finding_row(family: str, code: str, rows: pd.DataFrame, config: TrajectoryConfig, gaps: Sequence[Gap]) -> dict:
@@ -219,12 +286,25 @@ def _finding_row(family: str, code: str, rows: pd.DataFrame, config: TrajectoryC
         if st == NOT_MEASURABLE:
             why.setdefault(text, []).append(seed)
     unmeasured = [f"seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))}: {text}" for text, s in why.items()]
-    statement = (counts_text + (f" (not measurable: {'; '.join(unmeasured)})" if unmeasured else "")
-                 + ("; " + "; ".join(parts) if parts else "") + _missing_clause(gaps))
-    numbers |= figures | {"statuses": {str(s): st for s, (st, _, _) in per.items()},
-                          "missing": [g.as_dict() for g in gaps]}
-    return {"family": family, "finding": code, "title": first.title, "status": status,
-            "statement": statement, "claim": first.claim, "numbers": numbers}
+    statement = (
+        counts_text
+        + (f" (not measurable: {'; '.join(unmeasured)})" if unmeasured else "")
+        + ("; " + "; ".join(parts) if parts else "")
+        + _missing_clause(gaps)
+    )
+    numbers |= figures | {
+        "statuses": {str(s): st for s, (st, _, _) in per.items()},
+        "missing": [g.as_dict() for g in gaps],
+    }
+    return {
+        "family": family,
+        "finding": code,
+        "title": first.title,
+        "status": status,
+        "statement": statement,
+        "claim": first.claim,
+        "numbers": numbers,
+    }
 
 
 def circuit_layers(circuit: Sequence[str]) -> dict[int, int]:
@@ -232,8 +312,15 @@ def circuit_layers(circuit: Sequence[str]) -> dict[int, int]:
     return dict(sorted(Counter(int(h[1:].split("H")[0]) for h in circuit).items()))
 
 
-def _circuit_row(family: str, seeds: dict[int, str], panels: dict[str, ModelTrajectory], rows: pd.DataFrame,
-                 stones: pd.DataFrame, config: TrajectoryConfig, gaps: Sequence[Gap]) -> dict:
+def _circuit_row(
+    family: str,
+    seeds: dict[int, str],
+    panels: dict[str, ModelTrajectory],
+    rows: pd.DataFrame,
+    stones: pd.DataFrame,
+    config: TrajectoryConfig,
+    gaps: Sequence[Gap],
+) -> dict:
     """Which heads across seeds: each seed's own final circuit (identity does not carry over between
     seeds), its size and layers, and when it formed."""
     circuits = {s: final_circuit(panels[m], config) for s, m in seeds.items()}
@@ -252,21 +339,41 @@ def _circuit_row(family: str, seeds: dict[int, str], panels: dict[str, ModelTraj
     f4 = _per_seed(rows, "F4")
     complete = Spread.of({s: _get(v, "levels", "100%", "tokens") for s, (_, v, _) in f4.items()})
     with_circuit = sum(1 for c in circuits.values() if c)
-    numbers = {"heads": {str(s): c for s, c in circuits.items()}, "size": size.as_dict(),
-               "layers": {str(k): v for k, v in layers.items()}, "formed_tokens": formed.as_dict(),
-               "complete_tokens": complete.as_dict(), "n_seeds": n, "n_with_circuit": with_circuit,
-               "missing": [g.as_dict() for g in gaps]}
+    numbers = {
+        "heads": {str(s): c for s, c in circuits.items()},
+        "size": size.as_dict(),
+        "layers": {str(k): v for k, v in layers.items()},
+        "formed_tokens": formed.as_dict(),
+        "complete_tokens": complete.as_dict(),
+        "n_seeds": n,
+        "n_with_circuit": with_circuit,
+        "missing": [g.as_dict() for g in gaps],
+    }
     where = ", ".join(f"layer {k} in {v['seeds']}/{n} seeds ({v['heads']} heads)" for k, v in layers.items())
-    statement = (f"{with_circuit}/{n} seeds have a final circuit (>= {config.thresholds.induction_threshold:g}x at the seed's last "
-                 f"revision); heads in it: {size.text(_count, n)}" + (f"; {where}" if where else "")
-                 + (f"; {name}: {formed.text(tokens_label, n)}" if formed.n else "")
-                 + (f"; whole final circuit >= {config.thresholds.induction_threshold:g}x: {complete.text(tokens_label, n)}"
-                    if complete.n else "")
-                 + _missing_clause(gaps))
+    statement = (
+        f"{with_circuit}/{n} seeds have a final circuit "
+        f"(>= {config.thresholds.induction_threshold:g}x at the seed's last revision); "
+        f"heads in it: {size.text(_count, n)}"
+        + (f"; {where}" if where else "")
+        + (f"; {name}: {formed.text(tokens_label, n)}" if formed.n else "")
+        + (
+            f"; whole final circuit >= {config.thresholds.induction_threshold:g}x: {complete.text(tokens_label, n)}"
+            if complete.n
+            else ""
+        )
+        + _missing_clause(gaps)
+    )
     status = f"circuit in {with_circuit}/{n}" if with_circuit else NOT_MEASURABLE
-    return {"family": family, "finding": "circuit", "title": "circuit heads across seeds", "status": status,
-            "statement": statement, "claim": "per-head identity does not carry over between seeds: layers, size and "
-            "timing of each seed's own final induction circuit", "numbers": numbers}
+    return {
+        "family": family,
+        "finding": "circuit",
+        "title": "circuit heads across seeds",
+        "status": status,
+        "statement": statement,
+        "claim": "per-head identity does not carry over between seeds: layers, size and "
+        "timing of each seed's own final induction circuit",
+        "numbers": numbers,
+    }
 
 
 def _milestones_row(family: str, seeds: dict[int, str], stones: pd.DataFrame, gaps: Sequence[Gap]) -> dict:
@@ -278,17 +385,27 @@ def _milestones_row(family: str, seeds: dict[int, str], stones: pd.DataFrame, ga
     for name, group in mine.groupby("milestone", sort=False):
         tokens = Spread.of({by_model[r.model]: r.tokens for r in group.itertuples()})
         numbers["milestones"][name] = tokens.as_dict() | {"reached": tokens.n}
-        parts.append(f"{name}: {tokens.text(tokens_label, len(seeds))}" if tokens.n
-                     else f"{name}: no seed reaches it")
+        parts.append(f"{name}: {tokens.text(tokens_label, len(seeds))}" if tokens.n else f"{name}: no seed reaches it")
     reached = sum(1 for v in numbers["milestones"].values() if v["reached"])
     status = f"{reached}/{len(numbers['milestones'])} reached" if reached else NOT_MEASURABLE
-    return {"family": family, "finding": "milestones", "title": "milestones across seeds", "status": status,
-            "statement": "; ".join(parts) + _missing_clause(gaps),
-            "claim": "first revision where each condition holds, per seed (the bracket's upper end)", "numbers": numbers}
+    return {
+        "family": family,
+        "finding": "milestones",
+        "title": "milestones across seeds",
+        "status": status,
+        "statement": "; ".join(parts) + _missing_clause(gaps),
+        "claim": "first revision where each condition holds, per seed (the bracket's upper end)",
+        "numbers": numbers,
+    }
 
 
-def with_family_rows(table: pd.DataFrame, heads: pd.DataFrame, runs: pd.DataFrame | None,
-                     config: TrajectoryConfig = TrajectoryConfig(), gaps: Sequence[Gap] = ()) -> pd.DataFrame:
+def with_family_rows(
+    table: pd.DataFrame,
+    heads: pd.DataFrame,
+    runs: pd.DataFrame | None,
+    config: TrajectoryConfig = TrajectoryConfig(),
+    gaps: Sequence[Gap] = (),
+) -> pd.DataFrame:
     """`trajectory.findings`' per-model table with `family` and `seed` columns and, per family, one row
     per finding (F1-F6, circuit, milestones) summarised across seeds (model null). Unchanged when
     the results hold no family."""
@@ -296,8 +413,10 @@ def with_family_rows(table: pd.DataFrame, heads: pd.DataFrame, runs: pd.DataFram
     if not families:
         return table
     of = {m: (f, s) for f, seeds in families.items() for s, m in seeds.items()}
-    tagged = table.assign(family=table.model.map(lambda m: of.get(m, (None, None))[0]),
-                          seed=pd.array([of.get(m, (None, None))[1] for m in table.model], dtype="Int64"))
+    tagged = table.assign(
+        family=table.model.map(lambda m: of.get(m, (None, None))[0]),
+        seed=pd.array([of.get(m, (None, None))[1] for m in table.model], dtype="Int64"),
+    )
     columns = ["model", "family", "seed"] + [c for c in table.columns if c != "model"]
     tagged = tagged[columns]
     panels = {p.name: p for p in model_trajectories(heads, runs, config)}
@@ -332,15 +451,21 @@ def family_markdown(table: pd.DataFrame) -> str:
     summary = family_rows(table)
     if summary.empty:
         return ""
-    parts = ["\n## Seed families: each finding per seed (above), then across seeds",
-             "Status: the commonest outcome over the seeds where the finding is measurable ('holds in 8/9'); "
-             "figures: median [range] over the seeds that have them. Per-head identity does not carry over "
-             "between seeds: `circuit` gives each seed's own circuit's size, layers and timing."]
+    parts = [
+        "\n## Seed families: each finding per seed (above), then across seeds",
+        "Status: the commonest outcome over the seeds where the finding is measurable ('holds in 8/9'); "
+        "figures: median [range] over the seeds that have them. Per-head identity does not carry over "
+        "between seeds: `circuit` gives each seed's own circuit's size, layers and timing.",
+    ]
     members_of = model_rows(table).dropna(subset=["family"]).drop_duplicates("model")
     for family, rows in summary.groupby("family", sort=False):
         seeds = members_of.loc[members_of.family == family].sort_values("seed")
         listed = ", ".join(f"{int(r.seed)} ({r.model})" for r in seeds.itertuples())
-        parts += [f"### {family}", f"Seeds: {listed}.", _markdown_table(rows[["finding", "title", "status", "statement"]])]
+        parts += [
+            f"### {family}",
+            f"Seeds: {listed}.",
+            _markdown_table(rows[["finding", "title", "status", "statement"]]),
+        ]
     return "\n\n".join(parts) + "\n"
 
 

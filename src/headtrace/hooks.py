@@ -28,9 +28,7 @@ def forward_pre_hooks(hooks: Iterable[tuple[torch.nn.Module, Callable]]) -> Iter
 
 
 @contextlib.contextmanager
-def head_output_hooks(
-    adapter: ModelAdapter, fn: Callable[[int, torch.Tensor], torch.Tensor | None]
-) -> Iterator[None]:
+def head_output_hooks(adapter: ModelAdapter, fn: Callable[[int, torch.Tensor], torch.Tensor | None]) -> Iterator[None]:
     """Call fn(layer, per_head_outputs [b, L, heads, dim]) with each output projection's input.
 
     When fn returns a tensor of that shape, it replaces the input (how heads are ablated)."""

@@ -20,8 +20,14 @@ import torch
 from torch import nn
 
 from headtrace.errors import HeadtraceError
-from headtrace.schema import (DTYPE_ALIASES, DTYPES, ScreenConfig, check_heads_exist, head_id,  # noqa: F401 (re-exported)
-                              parse_circuit)
+from headtrace.schema import (
+    DTYPE_ALIASES,
+    DTYPES,
+    ScreenConfig,
+    check_heads_exist,
+    head_id,  # noqa: F401 (re-exported)
+    parse_circuit,
+)
 from headtrace.sources import check_safetensors, is_local
 
 
@@ -39,9 +45,12 @@ class ArchitectureSpec:
 _LLAMA_LIKE = ArchitectureSpec(layers="model.layers", attention="self_attn", out_proj="o_proj", final_norm="model.norm")
 
 ARCHITECTURES: dict[str, ArchitectureSpec] = {
-    "gpt_neox": ArchitectureSpec(layers="gpt_neox.layers", attention="attention", out_proj="dense",
-                                 final_norm="gpt_neox.final_layer_norm"),
-    "gpt2": ArchitectureSpec(layers="transformer.h", attention="attn", out_proj="c_proj", final_norm="transformer.ln_f"),
+    "gpt_neox": ArchitectureSpec(
+        layers="gpt_neox.layers", attention="attention", out_proj="dense", final_norm="gpt_neox.final_layer_norm"
+    ),
+    "gpt2": ArchitectureSpec(
+        layers="transformer.h", attention="attn", out_proj="c_proj", final_norm="transformer.ln_f"
+    ),
     "olmo": _LLAMA_LIKE,
     "olmo2": _LLAMA_LIKE,
     "olmoe": _LLAMA_LIKE,
@@ -236,7 +245,8 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 def _auto_dtype(hf_config, device: torch.device) -> str:
     """`--dtype auto`: the checkpoint's own dtype where this device runs it, else float32."""
     stored = str(getattr(hf_config, "torch_dtype", None) or getattr(hf_config, "dtype", None) or "").removeprefix(
-        "torch.")
+        "torch."
+    )
     if stored in DTYPES:
         try:
             resolve_dtype(stored, device)
@@ -303,8 +313,10 @@ def load_model(
         _check_supported_config(location, revision, trust_remote_code, kwargs)
         raise HeadtraceError(f"cannot load model '{model}': {str(exc).splitlines()[0]}") from None
     except SafetensorError as exc:
-        raise HeadtraceError(f"cannot read the weights of '{model}': {str(exc).strip().splitlines()[0]}; a weights "
-                             "file is truncated or corrupt: re-download or re-save it") from None
+        raise HeadtraceError(
+            f"cannot read the weights of '{model}': {str(exc).strip().splitlines()[0]}; a weights "
+            "file is truncated or corrupt: re-download or re-save it"
+        ) from None
     hf_model.to(torch_device).eval()
     check_finite_weights(hf_model, f"{model}" + (f"@{revision}" if revision else ""))
     return ModelAdapter(hf_model)
@@ -333,8 +345,14 @@ def _locate(model: str) -> tuple[str, dict]:
     return model, {}
 
 
-def preflight(model: str, config: ScreenConfig, revision: str | None = None, trust_remote_code: bool = False,
-              cache_dir: str | None = None, circuit: str | None = None) -> tuple[ScreenConfig, HeadLayout | None]:
+def preflight(
+    model: str,
+    config: ScreenConfig,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    cache_dir: str | None = None,
+    circuit: str | None = None,
+) -> tuple[ScreenConfig, HeadLayout | None]:
     """Check all that can be checked before the weights load (minutes for a large model): device and
     dtype, from the model's config its architecture, context, vocabulary and the heads a `circuit`
     names, and local weight files.
@@ -349,8 +367,9 @@ def preflight(model: str, config: ScreenConfig, revision: str | None = None, tru
         resolve_dtype(config.dtype, device)
     location, kwargs = _locate(model)
     try:
-        hf_config = AutoConfig.from_pretrained(location, revision=revision, trust_remote_code=trust_remote_code,
-                                               cache_dir=cache_dir, **kwargs)
+        hf_config = AutoConfig.from_pretrained(
+            location, revision=revision, trust_remote_code=trust_remote_code, cache_dir=cache_dir, **kwargs
+        )
     except (OSError, ValueError):
         hf_config = None
     dtype = config.dtype if config.dtype != "auto" else _auto_dtype(hf_config, device)
@@ -360,13 +379,19 @@ def preflight(model: str, config: ScreenConfig, revision: str | None = None, tru
         return config, None
     if hf_config.model_type not in ARCHITECTURES:
         raise unsupported_architecture(hf_config.model_type, ", ".join(hf_config.architectures or []) or "config")
-    check_probe_fits(config, _first_attr(hf_config, "max_position_embeddings", "n_positions", default=None),
-                     getattr(hf_config, "vocab_size", None))
+    check_probe_fits(
+        config,
+        _first_attr(hf_config, "max_position_embeddings", "n_positions", default=None),
+        getattr(hf_config, "vocab_size", None),
+    )
     n_heads = _first_attr(hf_config, "num_attention_heads", "n_head")
     hidden = _first_attr(hf_config, "hidden_size", "n_embd")
-    layout = HeadLayout(n_layers=_first_attr(hf_config, "num_hidden_layers", "n_layer"), n_heads=n_heads,
-                        n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads,
-                        head_dim=getattr(hf_config, "head_dim", None) or hidden // n_heads)
+    layout = HeadLayout(
+        n_layers=_first_attr(hf_config, "num_hidden_layers", "n_layer"),
+        n_heads=n_heads,
+        n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads,
+        head_dim=getattr(hf_config, "head_dim", None) or hidden // n_heads,
+    )
     if circuit is not None:
         check_heads_exist(parse_circuit(circuit).heads, layout.n_layers, layout.n_heads, model)
     check_weights(location, kwargs)
@@ -396,15 +421,17 @@ def check_probe_fits(config: ScreenConfig, max_positions: int | None, vocab_size
         )
 
 
-def load_tokenizer(model: str, revision: str | None = None, trust_remote_code: bool = False,
-                   cache_dir: str | None = None):
+def load_tokenizer(
+    model: str, revision: str | None = None, trust_remote_code: bool = False, cache_dir: str | None = None
+):
     """The tokenizer matching `load_model(model, revision)` (only needed for BOS and natural text)."""
     from transformers import AutoTokenizer  # transformers: loaded with a model, not with this module
 
     location, kwargs = _locate(model)
     try:
-        return AutoTokenizer.from_pretrained(location, revision=revision, trust_remote_code=trust_remote_code,
-                                             cache_dir=cache_dir, **kwargs)
+        return AutoTokenizer.from_pretrained(
+            location, revision=revision, trust_remote_code=trust_remote_code, cache_dir=cache_dir, **kwargs
+        )
     except (OSError, ValueError) as exc:
         raise HeadtraceError(f"cannot load a tokenizer for '{model}': {str(exc).splitlines()[0]}") from None
 

@@ -50,16 +50,32 @@ import pandas as pd
 
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
-from headtrace.executors import (EXECUTORS, ExecutionOptions, QuietReporter, RayOptions, Reporter, Task, TaskResult,
-                                 TaskSettings)
+from headtrace.executors import (
+    EXECUTORS,
+    ExecutionOptions,
+    QuietReporter,
+    RayOptions,
+    Reporter,
+    Task,
+    TaskResult,
+    TaskSettings,
+)
 from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members
 from headtrace.organism.config import ORGANISM_FILE, Organism
 from headtrace.schema import DTYPES, FLAT_TYPES, ScreenConfig
 from headtrace.revisions import NameMap, selection_notes
 from headtrace.sources import SOURCES, CheckpointSource, RetryPolicy
 from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
-from headtrace.store import (MANIFEST_SCHEMA, OutputLock, ResultsDir, check_written_by_us, identical_weights,
-                             manifest_shards, utc_now, write_manifest)
+from headtrace.store import (
+    MANIFEST_SCHEMA,
+    OutputLock,
+    ResultsDir,
+    check_written_by_us,
+    identical_weights,
+    manifest_shards,
+    utc_now,
+    write_manifest,
+)
 from headtrace.trajectory import check_expectations
 
 
@@ -282,9 +298,7 @@ def load_panel(path: str | Path) -> Panel:
                 raise check.fail(table, None, f"model '{values['id']}' has source = \"{source}\" but no path")
             values["path"] = str((base / values["path"]).resolve())
         elif "path" in values:
-            raise check.fail(
-                table, "path", f"model '{values['id']}' comes from the {source}: drop path, or set source"
-            )
+            raise check.fail(table, "path", f"model '{values['id']}' comes from the {source}: drop path, or set source")
         values["names"] = _name_map(check, table, values, base)
         if "dtype" in values:
             check.choice(table, "dtype", values["dtype"], DTYPES)
@@ -301,8 +315,7 @@ def load_panel(path: str | Path) -> Panel:
     if not models:
         raise check.fail("", "models", "the panel names no models: add a [[models]] table")
 
-    stages = tuple(_stage_plan(check, name, values) for name, values in document.items()
-                   if name not in _ROOT_KEYS)
+    stages = tuple(_stage_plan(check, name, values) for name, values in document.items() if name not in _ROOT_KEYS)
     retry = RetryPolicy(**check.table(document.get("download", {}), _DOWNLOAD_KEYS, "download"))
     if retry.attempts < 1 or retry.backoff_s < 0:
         raise check.fail("download", None, "attempts must be >= 1 and backoff_s >= 0")
@@ -320,9 +333,11 @@ def load_panel(path: str | Path) -> Panel:
 def _name_map(check: _Checker, table: str, values: dict, base: Path) -> NameMap:
     """An entry's `tokens_per_step`, `revision_pattern` and `revision_tokens` (a table file, relative to
     the panel file) as one NameMap, each checked now; the keys leave `values`."""
-    readers = {"tokens_per_step": lambda value: {"tokens_per_step": value},
-               "revision_pattern": lambda value: {"pattern": value},
-               "revision_tokens": lambda value: {"table": NameMap.read_table(base / value)}}
+    readers = {
+        "tokens_per_step": lambda value: {"tokens_per_step": value},
+        "revision_pattern": lambda value: {"pattern": value},
+        "revision_tokens": lambda value: {"table": NameMap.read_table(base / value)},
+    }
     parts: dict = {}
     for key, read in readers.items():
         value = values.pop(key, None)
@@ -352,8 +367,12 @@ def _stage_plan(check: _Checker, name: str, values) -> StagePlan:
         raise check.fail(name, None, str(exc)) from None
 
 
-def plan(panel: Panel, missing: list[Gap] | None = None, models: Sequence[ModelSpec] | None = None,
-         notes: list[str] | None = None) -> list[Task]:
+def plan(
+    panel: Panel,
+    missing: list[Gap] | None = None,
+    models: Sequence[ModelSpec] | None = None,
+    notes: list[str] | None = None,
+) -> list[Task]:
     """One task per (model, revision), every revision checked against the names that exist. A seed
     family's members are resolved together (families.select_members): revisions a member lacks go
     to `missing`. `models`: plan only these (default: all). `notes`: what each selection left out
@@ -397,8 +416,10 @@ def untrained(models: Sequence[ModelSpec], where: str = "panel") -> list[ModelSp
         except (OSError, ValueError):
             meta = None
         if not isinstance(meta, dict) or meta.get("organism") != model.organism.to_dict():
-            raise HeadtraceError(f"{where}:{model.line}: '{folder}' is not empty and holds no organism with "
-                                 f"{model.id}'s settings; delete it or change path")
+            raise HeadtraceError(
+                f"{where}:{model.line}: '{folder}' is not empty and holds no organism with "
+                f"{model.id}'s settings; delete it or change path"
+            )
         if not meta.get("complete"):
             pending.append(model)
     return pending
@@ -419,6 +440,7 @@ def train_pending(panel: Panel, train_one: Trainer | None = None) -> list[str]:
 
         def train_one(organism, folder, _model):
             return train(folder, organism)
+
     for model in pending:
         train_one(model.organism, Path(model.path), model.id)
     return [m.id for m in pending]
@@ -428,8 +450,9 @@ def train_pending(panel: Panel, train_one: Trainer | None = None) -> list[str]:
 # The output directory: lock, resume decisions, manifest.
 
 
-def _write_manifest(out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: dict[str, str],
-                    missing: Sequence[Gap] = ()) -> None:
+def _write_manifest(
+    out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: dict[str, str], missing: Sequence[Gap] = ()
+) -> None:
     document = {
         "schema": MANIFEST_SCHEMA,
         "headtrace_version": __version__,
@@ -558,9 +581,7 @@ def run_panel(
         if not todo:
             _write_manifest(results, panel, runs, result.failed, missing)
     mine = runs[runs.shard.isin({t.shard for t in tasks})]
-    result.identical = [
-        (r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s
-    ]
+    result.identical = [(r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s]
     return result
 
 
@@ -572,15 +593,21 @@ def stage_targets(panel: Panel, spec: StagePlan, tasks: list[Task]) -> set[str]:
         final: dict[str, Task] = {}
         for task in tasks:
             best = final.get(task.source.name)
-            if best is None or best.revision.tokens is None or task.revision.tokens is None \
-                    or task.revision.tokens >= best.revision.tokens:
+            if (
+                best is None
+                or best.revision.tokens is None
+                or task.revision.tokens is None
+                or task.revision.tokens >= best.revision.tokens
+            ):
                 final[task.source.name] = task
         return {t.shard for t in final.values()}
     names = set(spec.revisions)
     unknown = names - {t.revision.name for t in tasks}
     if unknown:
-        raise HeadtraceError(f"{panel.path or panel.name}: [{spec.stage.name}] revisions {', '.join(sorted(unknown))} are not "
-                             "among the panel's revisions; pick from the models' revisions")
+        raise HeadtraceError(
+            f"{panel.path or panel.name}: [{spec.stage.name}] revisions {', '.join(sorted(unknown))} are not "
+            "among the panel's revisions; pick from the models' revisions"
+        )
     return {t.shard for t in tasks if t.revision.name in names}
 
 
@@ -589,12 +616,17 @@ def _with_row(runs: pd.DataFrame, outcome: TaskResult) -> pd.DataFrame:
     return pd.concat([runs.drop(index=outcome.task.shard, errors="ignore"), row]) if len(runs) else row
 
 
-def _execute(tasks: list[Task], panel: Panel, out: Path, executor: str, keep: bool, options: ExecutionOptions,
-             reporter: Reporter) -> Iterator[TaskResult]:
+def _execute(
+    tasks: list[Task], panel: Panel, out: Path, executor: str, keep: bool, options: ExecutionOptions, reporter: Reporter
+) -> Iterator[TaskResult]:
     if not tasks:
         return iter(())
-    settings = TaskSettings(config=panel.screen, out=str(out), keep_checkpoints=keep,
-                            stages=(ScreenStage(), *(p.stage for p in panel.stages)),
-                            model_configs=tuple((m.id, panel.screen_for(m.id)) for m in panel.models if m.dtype),
-                            members=tuple((m.id, m.family, m.seed) for m in panel.models if m.family))
+    settings = TaskSettings(
+        config=panel.screen,
+        out=str(out),
+        keep_checkpoints=keep,
+        stages=(ScreenStage(), *(p.stage for p in panel.stages)),
+        model_configs=tuple((m.id, panel.screen_for(m.id)) for m in panel.models if m.dtype),
+        members=tuple((m.id, m.family, m.seed) for m in panel.models if m.family),
+    )
     return EXECUTORS.get(executor)(tasks, settings, reporter, options)

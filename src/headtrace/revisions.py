@@ -86,33 +86,93 @@ _OLMO_STEP_TOKENS = rf"step(?P<step>\d+)-tokens{_TOKENS}"
 
 # The built-in schemes, most specific first; docs/revisions.md is the table with each card.
 SCHEMES: tuple[Scheme, ...] = (
-    Scheme("PolyPythias", r"^EleutherAI/pythia-[\w.]+-(data-|weight-)?seed\d+$", (r"step(?P<step>\d+)",),
-           tokens_per_step=PYTHIA_TOKENS_PER_STEP, card="https://huggingface.co/EleutherAI/pythia-160m-seed1"),
-    Scheme("Pythia", r"^EleutherAI/pythia-", (r"step(?P<step>\d+)",), tokens_per_step=PYTHIA_TOKENS_PER_STEP,
-           aliases=(("main", "step143000"),), card="https://huggingface.co/EleutherAI/pythia-1b"),
-    Scheme("OLMo 2", r"^allenai/OLMo-2-\d{4}-\d+B$", (rf"(?:stage1-)?{_OLMO_STEP_TOKENS}",),
-           stage_forms=(r"(?P<run>stage2-ingredient\d+)-step(?P<step>\d+)-tokens\d+B",),
-           card="https://huggingface.co/allenai/OLMo-2-1124-7B"),
-    Scheme("OLMoE", r"^allenai/OLMoE-1B-7B-\d{4}$", (_OLMO_STEP_TOKENS,),
-           card="https://huggingface.co/allenai/OLMoE-1B-7B-0924"),
-    Scheme("OLMo 1", r"^allenai/OLMo-(1B|7B|1\.7-7B)\b", (_OLMO_STEP_TOKENS,),
-           card="https://huggingface.co/allenai/OLMo-7B"),
-    Scheme("SmolLM2 135M", r"^HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints$", (r"step-(?P<step>\d+)",),
-           tokens_per_step=1_048_576, card="https://huggingface.co/HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints"),
-    Scheme("SmolLM2 360M", r"^HuggingFaceTB/SmolLM2-360M-intermediate-checkpoints$", (r"step-(?P<step>\d+)",),
-           card="https://huggingface.co/HuggingFaceTB/SmolLM2-360M-intermediate-checkpoints"),
-    Scheme("SmolLM2 1.7B", r"^HuggingFaceTB/SmolLM2-1\.7B-intermediate-checkpoints$", (r"step-(?P<step>\d+)",),
-           tokens_per_step=2_097_152, card="https://huggingface.co/HuggingFaceTB/SmolLM2-1.7B-intermediate-checkpoints"),
-    Scheme("SmolLM3", r"^HuggingFaceTB/SmolLM3-3B-checkpoints$", (r"stage[1-3]-step-(?P<step>\d+)",),
-           tokens_per_step=2_359_296, card="https://huggingface.co/HuggingFaceTB/SmolLM3-3B-checkpoints"),
-    Scheme("LLM360 Amber", r"^LLM360/Amber$", (r"ckpt_(?P<step>\d+)",), aliases=(("main", "ckpt_359"),),
-           card="https://huggingface.co/LLM360/Amber"),
-    Scheme("Stanford CRFM GPT-2", r"^stanford-crfm/[a-z]+-gpt2-(small|medium)-x\d+$", (r"checkpoint-(?P<step>\d+)",),
-           card="https://github.com/stanford-crfm/mistral#resources"),
-    Scheme("BLOOM intermediate", r"^bigscience/bloom(-\w+)?-intermediate$", (r"global_step(?P<step>\d+)",),
-           card="https://huggingface.co/bigscience/bloom-intermediate"),
-    Scheme("DataDecide", r"^allenai/DataDecide-", (r"step(?P<step>\d+)-seed-(?P<run>[\w-]+)",), main_run="default",
-           card="https://huggingface.co/allenai/DataDecide-dolma1_7-1B"),
+    Scheme(
+        "PolyPythias",
+        r"^EleutherAI/pythia-[\w.]+-(data-|weight-)?seed\d+$",
+        (r"step(?P<step>\d+)",),
+        tokens_per_step=PYTHIA_TOKENS_PER_STEP,
+        card="https://huggingface.co/EleutherAI/pythia-160m-seed1",
+    ),
+    Scheme(
+        "Pythia",
+        r"^EleutherAI/pythia-",
+        (r"step(?P<step>\d+)",),
+        tokens_per_step=PYTHIA_TOKENS_PER_STEP,
+        aliases=(("main", "step143000"),),
+        card="https://huggingface.co/EleutherAI/pythia-1b",
+    ),
+    Scheme(
+        "OLMo 2",
+        r"^allenai/OLMo-2-\d{4}-\d+B$",
+        (rf"(?:stage1-)?{_OLMO_STEP_TOKENS}",),
+        stage_forms=(r"(?P<run>stage2-ingredient\d+)-step(?P<step>\d+)-tokens\d+B",),
+        card="https://huggingface.co/allenai/OLMo-2-1124-7B",
+    ),
+    Scheme(
+        "OLMoE",
+        r"^allenai/OLMoE-1B-7B-\d{4}$",
+        (_OLMO_STEP_TOKENS,),
+        card="https://huggingface.co/allenai/OLMoE-1B-7B-0924",
+    ),
+    Scheme(
+        "OLMo 1",
+        r"^allenai/OLMo-(1B|7B|1\.7-7B)\b",
+        (_OLMO_STEP_TOKENS,),
+        card="https://huggingface.co/allenai/OLMo-7B",
+    ),
+    Scheme(
+        "SmolLM2 135M",
+        r"^HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints$",
+        (r"step-(?P<step>\d+)",),
+        tokens_per_step=1_048_576,
+        card="https://huggingface.co/HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints",
+    ),
+    Scheme(
+        "SmolLM2 360M",
+        r"^HuggingFaceTB/SmolLM2-360M-intermediate-checkpoints$",
+        (r"step-(?P<step>\d+)",),
+        card="https://huggingface.co/HuggingFaceTB/SmolLM2-360M-intermediate-checkpoints",
+    ),
+    Scheme(
+        "SmolLM2 1.7B",
+        r"^HuggingFaceTB/SmolLM2-1\.7B-intermediate-checkpoints$",
+        (r"step-(?P<step>\d+)",),
+        tokens_per_step=2_097_152,
+        card="https://huggingface.co/HuggingFaceTB/SmolLM2-1.7B-intermediate-checkpoints",
+    ),
+    Scheme(
+        "SmolLM3",
+        r"^HuggingFaceTB/SmolLM3-3B-checkpoints$",
+        (r"stage[1-3]-step-(?P<step>\d+)",),
+        tokens_per_step=2_359_296,
+        card="https://huggingface.co/HuggingFaceTB/SmolLM3-3B-checkpoints",
+    ),
+    Scheme(
+        "LLM360 Amber",
+        r"^LLM360/Amber$",
+        (r"ckpt_(?P<step>\d+)",),
+        aliases=(("main", "ckpt_359"),),
+        card="https://huggingface.co/LLM360/Amber",
+    ),
+    Scheme(
+        "Stanford CRFM GPT-2",
+        r"^stanford-crfm/[a-z]+-gpt2-(small|medium)-x\d+$",
+        (r"checkpoint-(?P<step>\d+)",),
+        card="https://github.com/stanford-crfm/mistral#resources",
+    ),
+    Scheme(
+        "BLOOM intermediate",
+        r"^bigscience/bloom(-\w+)?-intermediate$",
+        (r"global_step(?P<step>\d+)",),
+        card="https://huggingface.co/bigscience/bloom-intermediate",
+    ),
+    Scheme(
+        "DataDecide",
+        r"^allenai/DataDecide-",
+        (r"step(?P<step>\d+)-seed-(?P<run>[\w-]+)",),
+        main_run="default",
+        card="https://huggingface.co/allenai/DataDecide-dolma1_7-1B",
+    ),
 )
 
 # Forms any series may use, after its own scheme's: the step, and tokens where the name carries them.
@@ -161,11 +221,15 @@ class NameMap:
             raise HeadtraceError(f"cannot read revision table '{path}': {exc.strerror or exc}") from None
         try:
             rows = json.loads(text) if path.suffix == ".json" else list(csv.DictReader(text.splitlines()))
-            table = tuple((str(row["revision"]), _optional(row.get("step"), int), _optional(row.get("tokens"), float))
-                          for row in rows)
+            table = tuple(
+                (str(row["revision"]), _optional(row.get("step"), int), _optional(row.get("tokens"), float))
+                for row in rows
+            )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise HeadtraceError(f"'{path}' is not a table of revisions: a .json list of {{\"revision\", \"step\", "
-                                 f"\"tokens\"}} objects or a .csv with columns revision, tokens and step ({exc})") from None
+            raise HeadtraceError(
+                f'\'{path}\' is not a table of revisions: a .json list of {{"revision", "step", '
+                f'"tokens"}} objects or a .csv with columns revision, tokens and step ({exc})'
+            ) from None
         if not table:
             raise HeadtraceError(f"revision table '{path}' lists no revisions")
         return table
@@ -181,8 +245,9 @@ def _step_pattern(pattern: str) -> re.Pattern:
     except re.error as exc:
         raise HeadtraceError(f"revision_pattern '{pattern}' is not a regular expression ({exc})") from None
     if "step" not in compiled.groupindex and compiled.groups != 1:
-        raise HeadtraceError(f"revision_pattern '{pattern}' must capture the step: one group, or a group named "
-                             "step, e.g. 'ckpt-(\\d+)'")
+        raise HeadtraceError(
+            f"revision_pattern '{pattern}' must capture the step: one group, or a group named step, e.g. 'ckpt-(\\d+)'"
+        )
     return compiled
 
 
@@ -209,13 +274,16 @@ class Naming:
                 per = self.user.tokens_per_step
                 return Revision(tokens=None if per is None else float(int(value) * per), step=int(value), name=name)
         own = self.scheme or Scheme("", "")
-        found = (_match(own.forms, name, self._tokens_per(own), own.main_run)
-                 or _match(own.stage_forms, name, None, own.main_run, stage=True)
-                 or _match(COMMON_FORMS, name, self.user.tokens_per_step))
+        found = (
+            _match(own.forms, name, self._tokens_per(own), own.main_run)
+            or _match(own.stage_forms, name, None, own.main_run, stage=True)
+            or _match(COMMON_FORMS, name, self.user.tokens_per_step)
+        )
         for other in SCHEMES:
             if found is None and other is not self.scheme:
-                found = (_match(other.forms, name, self.user.tokens_per_step, other.main_run)
-                         or _match(other.stage_forms, name, None, other.main_run, stage=True))
+                found = _match(other.forms, name, self.user.tokens_per_step, other.main_run) or _match(
+                    other.stage_forms, name, None, other.main_run, stage=True
+                )
         return found or Revision(tokens=None, step=None, name=name)
 
     def _tokens_per(self, scheme: Scheme) -> float | None:
@@ -226,8 +294,9 @@ class Naming:
         return dict(self.scheme.aliases) if self.scheme else {}
 
 
-def _match(forms: Sequence[str], name: str, tokens_per_step: float | None, main_run: str = "",
-           stage: bool = False) -> Revision | None:
+def _match(
+    forms: Sequence[str], name: str, tokens_per_step: float | None, main_run: str = "", stage: bool = False
+) -> Revision | None:
     for form in forms:
         match = re.fullmatch(form, name)
         if not match:
@@ -272,12 +341,20 @@ def tokens_per_step_for(model: str) -> float | None:
 def training_key(revision: Revision) -> tuple:
     """The order of a catalog: the series' own run first, by tokens, then step (revisions without
     tokens after those with), then name."""
-    return (revision.run != "", revision.run, revision.tokens is None, revision.tokens or 0.0,
-            revision.step is None, revision.step or 0, revision.name)
+    return (
+        revision.run != "",
+        revision.run,
+        revision.tokens is None,
+        revision.tokens or 0.0,
+        revision.step is None,
+        revision.step or 0,
+        revision.name,
+    )
 
 
-def catalog(names: Iterable[str], naming: Naming | float | None = None,
-            commits: Mapping[str, str] | None = None) -> list[Revision]:
+def catalog(
+    names: Iterable[str], naming: Naming | float | None = None, commits: Mapping[str, str] | None = None
+) -> list[Revision]:
     """Revisions from existing names (branches, tags, folders), in training order (`training_key`).
 
     A name with no step becomes an alias of the revision it is: the one its scheme's card names, or
@@ -316,8 +393,11 @@ def series(available: Sequence[Revision]) -> list[Revision]:
     """The revisions `all` and `log:N` choose from: the repository's own run, each checkpoint once (an
     alias only where the revision it names is not listed itself), every one with a step or tokens."""
     names = {r.name for r in available}
-    return [r for r in available if not r.run and (r.step is not None or r.tokens is not None)
-            and not (r.alias_of and r.alias_of in names)]
+    return [
+        r
+        for r in available
+        if not r.run and (r.step is not None or r.tokens is not None) and not (r.alias_of and r.alias_of in names)
+    ]
 
 
 def select(available: Sequence[Revision], selection: str | Sequence[str], where: str) -> list[Revision]:
@@ -367,34 +447,45 @@ def _spacing(candidates: Sequence[Revision]) -> str:
     return "step" if all(r.step is not None for r in candidates) else "tokens"
 
 
-def selection_notes(available: Sequence[Revision], chosen: Sequence[Revision], selection: str | Sequence[str],
-                    where: str) -> list[str]:
+def selection_notes(
+    available: Sequence[Revision], chosen: Sequence[Revision], selection: str | Sequence[str], where: str
+) -> list[str]:
     """What a selection left out or cannot measure, one line each (nothing is left out silently)."""
     notes = []
     if isinstance(selection, str):
         candidates = series(available)
         stepless = [r.name for r in available if r.step is None and r.tokens is None]
         if stepless:
-            notes.append(f"{where}: {_count(stepless, 'revision')} without a step in the name left out of "
-                         f"'{selection}' ({_names(stepless)}): name them in revisions to screen them, or map names "
-                         "to steps with revision_pattern or revision_tokens")
+            notes.append(
+                f"{where}: {_count(stepless, 'revision')} without a step in the name left out of "
+                f"'{selection}' ({_names(stepless)}): name them in revisions to screen them, or map names "
+                "to steps with revision_pattern or revision_tokens"
+            )
         runs = sorted({r.run for r in available if r.run})
         if runs:
             others = [r for r in available if r.run]
-            notes.append(f"{where}: {_count(others, 'revision')} of other runs in this repository ({_names(runs)}) "
-                         f"left out of '{selection}': name a run's revisions to screen it")
+            notes.append(
+                f"{where}: {_count(others, 'revision')} of other runs in this repository ({_names(runs)}) "
+                f"left out of '{selection}': name a run's revisions to screen it"
+            )
         if selection != "all" and _spacing(candidates) == "step":
-            notes.append(f"{where}: '{selection}' is spaced by step: tokens are unknown for "
-                         f"{sum(r.tokens is None for r in candidates)} of {len(candidates)} revisions")
+            notes.append(
+                f"{where}: '{selection}' is spaced by step: tokens are unknown for "
+                f"{sum(r.tokens is None for r in candidates)} of {len(candidates)} revisions"
+            )
         elif selection != "all" and any(r.tokens is None for r in candidates):
             unknown = [r.name for r in candidates if r.tokens is None]
-            notes.append(f"{where}: {_count(unknown, 'revision')} without tokens left out of '{selection}' "
-                         f"({_names(unknown)}): it is spaced by tokens")
+            notes.append(
+                f"{where}: {_count(unknown, 'revision')} without tokens left out of '{selection}' "
+                f"({_names(unknown)}): it is spaced by tokens"
+            )
     unknown = [r.name for r in chosen if r.tokens is None]
     if unknown:
-        notes.append(f"{where}: tokens unknown for {_count(unknown, 'revision')} ({_names(unknown)}): screened "
-                     "and ordered by step; findings that need tokens say 'not measurable' (map names to tokens "
-                     "with tokens_per_step, revision_pattern or revision_tokens)")
+        notes.append(
+            f"{where}: tokens unknown for {_count(unknown, 'revision')} ({_names(unknown)}): screened "
+            "and ordered by step; findings that need tokens say 'not measurable' (map names to tokens "
+            "with tokens_per_step, revision_pattern or revision_tokens)"
+        )
     return notes
 
 

@@ -73,12 +73,15 @@ class ScreenConfig:
             part, field_name = FLAT_FIELDS[name]
             if part and given[part] is not None:
                 kind = type(given[part]).__name__
-                raise HeadtraceError(f"{name}= is a field of {part}=: give it inside {part}={kind}(...) or "
-                                     f"drop {part}= and give every field flat, not both")
+                raise HeadtraceError(
+                    f"{name}= is a field of {part}=: give it inside {part}={kind}(...) or "
+                    f"drop {part}= and give every field flat, not both"
+                )
             parts[part][field_name] = value
         object.__setattr__(self, "probe", probe if probe is not None else ProbeSpec(**parts["probe"]))
-        object.__setattr__(self, "thresholds",
-                           thresholds if thresholds is not None else Thresholds(**parts["thresholds"]))
+        object.__setattr__(
+            self, "thresholds", thresholds if thresholds is not None else Thresholds(**parts["thresholds"])
+        )
         for f in dataclasses.fields(self):
             if f.name not in given:
                 object.__setattr__(self, f.name, parts[""].get(f.name, f.default))
@@ -97,18 +100,24 @@ class ScreenConfig:
         if self.batch_size < 1:
             raise HeadtraceError(f"batch-size must be >= 1 (got {self.batch_size})")
         if self.pr_examples is not None and not 1 <= self.pr_examples <= self.probe.n_examples:
-            raise HeadtraceError(f"pr-examples must be between 1 and n-examples ({self.probe.n_examples}) "
-                                 f"(got {self.pr_examples})")
+            raise HeadtraceError(
+                f"pr-examples must be between 1 and n-examples ({self.probe.n_examples}) (got {self.pr_examples})"
+            )
 
     def to_dict(self) -> dict:
         """The flat fields (what the hash, the manifest and `config_json` store)."""
-        return {name: getattr(getattr(self, part) if part else self, field_name)
-                for name, (part, field_name) in FLAT_FIELDS.items()}
+        return {
+            name: getattr(getattr(self, part) if part else self, field_name)
+            for name, (part, field_name) in FLAT_FIELDS.items()
+        }
 
     @property
     def config_hash(self) -> str:
-        fields = {k: v for k, v in self.to_dict().items()
-                  if k not in self._NOT_HASHED and self._HASHED_WHEN_SET.get(k, object()) != v}
+        fields = {
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in self._NOT_HASHED and self._HASHED_WHEN_SET.get(k, object()) != v
+        }
         if self.probe.texts:
             fields["texts"] = _file_digest(self.probe.texts)
         payload = json.dumps({"schema": SCHEMA_VERSION, **fields}, sort_keys=True)
@@ -159,7 +168,8 @@ def ceiling_warnings(config: ScreenConfig, ceilings: dict[str, float]) -> list[s
                 warnings.append(
                     f"the {threshold.replace('_', ' ')} {value:g}x is above half of this probe's {key} ceiling "
                     f"({ceilings[key]:.1f}x, the score of a head with all its attention on the target): heads near "
-                    "the ceiling cross it by chance; use --baseline clean or a longer --seq-len")
+                    "the ceiling cross it by chance; use --baseline clean or a longer --seq-len"
+                )
     return warnings
 
 
@@ -203,8 +213,12 @@ Head = tuple[int, int]  # (layer, head)
 # The screen's all-head sets that an ablation can target, by name -> the heads table's column
 # (add_labels). previous-token is the reference's shipped circuit (best class previous-token and
 # >= 100x); previous-token-any is every head at >= 100x; sinks are a set of heads, not a circuit.
-HEAD_SETS = {"induction": "induction_circuit", "previous-token": "previous_circuit",
-             "previous-token-any": "previous_any", "sink": "sink"}
+HEAD_SETS = {
+    "induction": "induction_circuit",
+    "previous-token": "previous_circuit",
+    "previous-token-any": "previous_any",
+    "sink": "sink",
+}
 _PR_TOP = re.compile(r"^pr-top:(\d+)$")  # the K heads of highest time-integrated PR over a panel's revisions
 _HEAD = re.compile(r"^L(\d+)H(\d+)$")
 ABLATION_MODES = ("zero", "mean")
@@ -237,8 +251,10 @@ def parse_circuit(text: str) -> CircuitSpec:
     for head in names:
         match = _HEAD.match(head)
         if not match:
-            raise HeadtraceError(f"bad head '{head}' in circuit '{text}': write heads as L<layer>H<head> "
-                                 f"(e.g. L2H11,L4H12) or use one of {', '.join(HEAD_SETS)}, pr-top:K")
+            raise HeadtraceError(
+                f"bad head '{head}' in circuit '{text}': write heads as L<layer>H<head> "
+                f"(e.g. L2H11,L4H12) or use one of {', '.join(HEAD_SETS)}, pr-top:K"
+            )
         heads.add((int(match[1]), int(match[2])))
     return CircuitSpec(heads=tuple(sorted(heads)))
 
@@ -247,8 +263,10 @@ def check_heads_exist(heads: tuple[Head, ...], n_layers: int, n_heads: int, mode
     """Every head must exist in a model of n_layers x n_heads."""
     for layer, head in heads:
         if layer >= n_layers or head >= n_heads:
-            raise HeadtraceError(f"head {head_id(layer, head)} does not exist in {model}: valid heads are "
-                                 f"L0H0..L{n_layers - 1}H{n_heads - 1} ({n_layers} layers x {n_heads} heads)")
+            raise HeadtraceError(
+                f"head {head_id(layer, head)} does not exist in {model}: valid heads are "
+                f"L0H0..L{n_layers - 1}H{n_heads - 1} ({n_layers} layers x {n_heads} heads)"
+            )
 
 
 @dataclass(frozen=True)
@@ -283,8 +301,11 @@ class AblationConfig:
 
     def to_dict(self) -> dict:
         """The hashed fields; metric only when set, so ablations stored before it existed keep their hash."""
-        return {self._STORED_NAMES.get(k, k): v for k, v in dataclasses.asdict(self).items()
-                if k not in self._NOT_HASHED and not (k == "metric" and v == "auto")}
+        return {
+            self._STORED_NAMES.get(k, k): v
+            for k, v in dataclasses.asdict(self).items()
+            if k not in self._NOT_HASHED and not (k == "metric" and v == "auto")
+        }
 
     def config_hash(self, screen: ScreenConfig) -> str:
         payload = json.dumps({"ablation": self.to_dict(), "screen": screen.config_hash}, sort_keys=True)

@@ -32,8 +32,14 @@ from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_f
 
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
-from headtrace.hooks import (CapabilityAccumulator, accumulation_dtype, attention_function, head_output_hooks,
-                             last_layer_at_query_only, micro_batches)
+from headtrace.hooks import (
+    CapabilityAccumulator,
+    accumulation_dtype,
+    attention_function,
+    head_output_hooks,
+    last_layer_at_query_only,
+    micro_batches,
+)
 from headtrace.models import ModelAdapter, load_model, load_tokenizer
 from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
 from headtrace.schema import SCHEMA_VERSION  # noqa: F401 (re-exported)
@@ -175,8 +181,9 @@ def flash_cpu_with_logsumexp() -> Callable | None:
             result = op(x, x, x, 0.0, True, scale=0.5)
     except (RuntimeError, TypeError):
         return None
-    if not (isinstance(result, tuple) and len(result) == 2 and result[0].shape == x.shape
-            and result[1].shape == x.shape[:3]):
+    if not (
+        isinstance(result, tuple) and len(result) == 2 and result[0].shape == x.shape and result[1].shape == x.shape[:3]
+    ):
         return None
     causal = torch.ones(3, 3, dtype=torch.bool).tril()
     expected = (x @ x.transpose(-1, -2) * 0.5).masked_fill(~causal, float("-inf")).logsumexp(dim=-1)
@@ -191,21 +198,30 @@ def _logsumexp_op(route: str) -> Callable | None:
         return None
     op = flash_cpu_with_logsumexp()
     if op is None and route == "logsumexp":
-        raise HeadtraceError(f"torch {torch.__version__}'s CPU flash-attention kernel does not return log-sum-exps "
-                             "here; screen with route='auto' or 'widened'")
+        raise HeadtraceError(
+            f"torch {torch.__version__}'s CPU flash-attention kernel does not return log-sum-exps "
+            "here; screen with route='auto' or 'widened'"
+        )
     return op
 
 
 def _plain_causal_cpu(module, query, key, attention_mask, kwargs) -> bool:
     """A causal prefill without mask, bias, dropout or softcap, on the CPU: the flash kernel's case."""
-    return (query.device.type == "cpu" and attention_mask is None and query.shape[2] == key.shape[2] > 1
-            and query.dtype in (torch.float32, torch.bfloat16, torch.float16)
-            and (kwargs.get("is_causal") if kwargs.get("is_causal") is not None else getattr(module, "is_causal", True))
-            and not kwargs.get("dropout") and kwargs.get("position_bias") is None and kwargs.get("softcap") is None)
+    return (
+        query.device.type == "cpu"
+        and attention_mask is None
+        and query.shape[2] == key.shape[2] > 1
+        and query.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        and (kwargs.get("is_causal") if kwargs.get("is_causal") is not None else getattr(module, "is_causal", True))
+        and not kwargs.get("dropout")
+        and kwargs.get("position_bias") is None
+        and kwargs.get("softcap") is None
+    )
 
 
-def _attention_with_logsumexp(flash: Callable, module, query, key, value, scaling: float, tap: _LayerTap,
-                              batch: "_Batch"):
+def _attention_with_logsumexp(
+    flash: Callable, module, query, key, value, scaling: float, tap: _LayerTap, batch: "_Batch"
+):
     """The fused CPU kernel returns each row's log-sum-exp next to the output: with it, the query
     row's attention (for the classes) and every row's attention to key 0 (for the sink score) cost
     one dot product per key or row, and the head outputs are exactly SDPA's. The scores wait in
@@ -229,6 +245,7 @@ def _reduce_pending(batch: "_Batch") -> None:
         return
     taps, row_scores, first_scores, lses, scales = zip(*batch.pending)
     batch.pending = []
+
     def scaled(scores):  # [layers, b, heads, L]
         if len(set(scales)) == 1:
             return torch.stack(scores) * scales[0]
@@ -308,7 +325,6 @@ def screen(
 
     active = _ProbeAttention(adapter, taps, flash)
     with torch.inference_mode(), attention_function(adapter, active):
-
         pr_limit = config.pr_examples or probe.n  # PR from the first pr_examples examples (docs/definitions.md)
 
         def keep_query_outputs(layer: int, heads: torch.Tensor) -> None:
@@ -319,8 +335,15 @@ def screen(
 
         # Nested in this order, the Gram matrices see every row before the last layer is trimmed.
         with head_output_hooks(adapter, keep_query_outputs), last_layer_at_query_only(adapter, active.at_query):
-            _stream(adapter, _DeviceProbe(probe, device, acc_dtype), config.batch_size, active, capability,
-                    acc_dtype, progress)
+            _stream(
+                adapter,
+                _DeviceProbe(probe, device, acc_dtype),
+                config.batch_size,
+                active,
+                capability,
+                acc_dtype,
+                progress,
+            )
         active.batch = None
 
     check_finite_activations(taps, grams, capability, f"{model_name}@{revision}" if revision else model_name)
@@ -330,8 +353,15 @@ def screen(
     return ScreenResult(heads=heads, run=run)
 
 
-def _stream(adapter, probe: _DeviceProbe, batch_size: int, active: _ProbeAttention, capability: CapabilityAccumulator,
-            acc_dtype: torch.dtype, progress: Callable[[int, int], None] | None) -> None:
+def _stream(
+    adapter,
+    probe: _DeviceProbe,
+    batch_size: int,
+    active: _ProbeAttention,
+    capability: CapabilityAccumulator,
+    acc_dtype: torch.dtype,
+    progress: Callable[[int, int], None] | None,
+) -> None:
     """The loop over micro-batches: device work only, no host syncs (tests/test_screen_sync.py)."""
     for rows in micro_batches(probe.n, batch_size):
         active.batch = _Batch(probe, rows, acc_dtype)
@@ -342,13 +372,20 @@ def _stream(adapter, probe: _DeviceProbe, batch_size: int, active: _ProbeAttenti
             progress(rows.stop - rows.start, probe.n)
 
 
-def check_finite_activations(taps: list[_LayerTap], grams: list[GramAccumulator],
-                             capability: CapabilityAccumulator, name: str) -> None:
+def check_finite_activations(
+    taps: list[_LayerTap], grams: list[GramAccumulator], capability: CapabilityAccumulator, name: str
+) -> None:
     """NaN or inf reached the accumulators: fail the checkpoint with the first layer it came from.
 
     Checked once after the pass, so the loop never waits on the device."""
-    finite = [bool(torch.isfinite(t.channel_sums).all() and torch.isfinite(t.first_token_sums).all()
-                   and torch.isfinite(g.gram).all()) for t, g in zip(taps, grams)]
+    finite = [
+        bool(
+            torch.isfinite(t.channel_sums).all()
+            and torch.isfinite(t.first_token_sums).all()
+            and torch.isfinite(g.gram).all()
+        )
+        for t, g in zip(taps, grams)
+    ]
     if all(finite) and bool(torch.isfinite(capability.sums).all()):
         return
     where = f"from layer {finite.index(False)} on" if not all(finite) else "in the logits"
@@ -398,8 +435,11 @@ def _head_table(adapter, probe, config, taps, grams, model_name, revision, token
 def _versions() -> dict[str, str]:
     import transformers  # loaded with the model: importing this module loads only torch
 
-    return {"headtrace_version": __version__, "torch_version": torch.__version__,
-            "transformers_version": transformers.__version__}
+    return {
+        "headtrace_version": __version__,
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+    }
 
 
 def _run_record(adapter, probe, config, heads, capability, model_name, revision, tokens, wall, started) -> pd.DataFrame:
@@ -462,11 +502,24 @@ def screen_checkpoint(
     """
     config.validate()
     location, hub_revision, found_tokens = checkpoint_location(model, revision)
-    adapter = load_model(location, revision=hub_revision, dtype=config.dtype, device=config.device,
-                         trust_remote_code=trust_remote_code, cache_dir=cache_dir)
+    adapter = load_model(
+        location,
+        revision=hub_revision,
+        dtype=config.dtype,
+        device=config.device,
+        trust_remote_code=trust_remote_code,
+        cache_dir=cache_dir,
+    )
     probe = build_probe(config.probe, lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
-    result = screen(adapter, probe, config, model_name=name or model, revision=revision,
-                    tokens=found_tokens if tokens is None else tokens, progress=progress)
+    result = screen(
+        adapter,
+        probe,
+        config,
+        model_name=name or model,
+        revision=revision,
+        tokens=found_tokens if tokens is None else tokens,
+        progress=progress,
+    )
     if out is not None:
         ResultsDir(out).write_shard(result.heads, result.run)
     return result

@@ -138,9 +138,7 @@ def hub_settings() -> HubSettings:
 
     env = os.environ
     cache = env.get("HF_HUB_CACHE") or (os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else None)
-    offline = (
-        env.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or constants.is_offline_mode()
-    )
+    offline = env.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or constants.is_offline_mode()
     return HubSettings(
         endpoint=env.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/"),
         cache_dir=os.path.expanduser(cache or constants.HF_HUB_CACHE),
@@ -164,15 +162,11 @@ def _transient(exc: BaseException) -> bool:
         RevisionNotFoundError,
     )
 
-    if isinstance(
-        exc, (RepositoryNotFoundError, RevisionNotFoundError, RemoteEntryNotFoundError, GatedRepoError)
-    ):
+    if isinstance(exc, (RepositoryNotFoundError, RevisionNotFoundError, RemoteEntryNotFoundError, GatedRepoError)):
         return False
     if isinstance(exc, OSError) and exc.errno in _PERMANENT_ERRNOS:
         return False
-    return isinstance(
-        exc, (HfHubHTTPError, LocalEntryNotFoundError, httpx2.TransportError, OSError, _CorruptFile)
-    )
+    return isinstance(exc, (HfHubHTTPError, LocalEntryNotFoundError, httpx2.TransportError, OSError, _CorruptFile))
 
 
 def _byte_counter(report: Callable[[int], None]) -> type:
@@ -331,9 +325,7 @@ class HubSource:
         already in the cache before this call, so it is not ours to delete)."""
         from huggingface_hub import hf_hub_download, try_to_load_from_cache  # loaded when the hub is asked
 
-        cached = try_to_load_from_cache(
-            self.repo_id, entry.path, cache_dir=settings.cache_dir, revision=revision.name
-        )
+        cached = try_to_load_from_cache(self.repo_id, entry.path, cache_dir=settings.cache_dir, revision=revision.name)
         if isinstance(cached, str) and self._verified(cached, entry):
             advance(entry.size)
             return cached, None
@@ -477,6 +469,7 @@ def _blob_lock(blob: Path) -> FileLock:
 # --------------------------------------------------------------------------------------------
 # Local directories and the model organism.
 
+
 @dataclass(frozen=True)
 class LocalSource:
     """A directory with one Hugging Face-format subfolder per revision (e.g. `step000128/`).
@@ -579,8 +572,9 @@ def is_local(model: str) -> bool:
     return model.endswith(".gguf") or model.startswith((".", "/", "~")) or Path(model).exists()
 
 
-def checkpoint_location(model: str, revision: str | None,
-                        names: NameMap = NameMap()) -> tuple[str, str | None, float | None]:
+def checkpoint_location(
+    model: str, revision: str | None, names: NameMap = NameMap()
+) -> tuple[str, str | None, float | None]:
     """Where MODEL at REVISION loads from: (location, hub revision, tokens seen).
 
     A hub id passes through, with the tokens its revision name gives (`names` over the repository's
@@ -615,5 +609,7 @@ def check_safetensors(paths: Iterable[Path]) -> None:
             with safe_open(path, framework="numpy"):
                 pass
         except (SafetensorError, OSError) as exc:
-            raise HeadtraceError(f"cannot read weights file '{path}': {str(exc).strip().splitlines()[0]}; it is "
-                                 "truncated or corrupt: re-download or re-save it") from None
+            raise HeadtraceError(
+                f"cannot read weights file '{path}': {str(exc).strip().splitlines()[0]}; it is "
+                "truncated or corrupt: re-download or re-save it"
+            ) from None

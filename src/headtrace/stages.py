@@ -113,11 +113,23 @@ class ScreenStage(Stage):
     def run(self, checkpoint: CheckpointContext) -> StageResult:
         from headtrace.screen import screen  # torch, when a task runs (planning loads none)
 
-        result = screen(checkpoint.adapter, checkpoint.probe, checkpoint.config, model_name=checkpoint.model,
-                        revision=checkpoint.revision.name, tokens=checkpoint.revision.tokens,
-                        progress=checkpoint.progress(""))
-        run = run_record(result.run, checkpoint.source, checkpoint.checkpoint_hash, checkpoint.downloaded_bytes,
-                         checkpoint.fetch_s, checkpoint.load_s)
+        result = screen(
+            checkpoint.adapter,
+            checkpoint.probe,
+            checkpoint.config,
+            model_name=checkpoint.model,
+            revision=checkpoint.revision.name,
+            tokens=checkpoint.revision.tokens,
+            progress=checkpoint.progress(""),
+        )
+        run = run_record(
+            result.run,
+            checkpoint.source,
+            checkpoint.checkpoint_hash,
+            checkpoint.downloaded_bytes,
+            checkpoint.fetch_s,
+            checkpoint.load_s,
+        )
         heads = result.heads
         if checkpoint.member is not None:
             heads, run = tag(heads, *checkpoint.member), tag(run, *checkpoint.member)
@@ -137,8 +149,10 @@ class AblationStage(Stage):
 
     @classmethod
     def section_keys(cls) -> dict[str, str]:
-        return {**{f.name: str(f.type) for f in dataclasses.fields(AblationConfig)},
-                "seeds": "int"}  # seeds: the old name of draws, still read
+        return {
+            **{f.name: str(f.type) for f in dataclasses.fields(AblationConfig)},
+            "seeds": "int",
+        }  # seeds: the old name of draws, still read
 
     @classmethod
     def from_section(cls, values: dict) -> "AblationStage":
@@ -164,8 +178,15 @@ class AblationStage(Stage):
     def run(self, checkpoint: CheckpointContext) -> StageResult:
         from headtrace.ablation import ablate_checkpoint  # torch, when a task runs (planning loads none)
 
-        result = ablate_checkpoint(checkpoint.model, checkpoint.revision.name, checkpoint.config, self.config,
-                                   out=checkpoint.results.root, tokens=checkpoint.revision.tokens,
-                                   adapter=checkpoint.adapter, probe=checkpoint.probe,
-                                   progress=checkpoint.progress("ablation"))
+        result = ablate_checkpoint(
+            checkpoint.model,
+            checkpoint.revision.name,
+            checkpoint.config,
+            self.config,
+            out=checkpoint.results.root,
+            tokens=checkpoint.revision.tokens,
+            adapter=checkpoint.adapter,
+            probe=checkpoint.probe,
+            progress=checkpoint.progress("ablation"),
+        )
         return StageResult(summary=result.verdict)

@@ -73,17 +73,33 @@ def training_order(frame: pd.DataFrame, then: tuple[str, ...] = ()) -> pd.DataFr
     """Rows in training order: by model, tokens seen, step (for revisions without tokens), revision
     name, then `then`. The one sort key of revisions everywhere."""
     step = frame["revision"].map(lambda name: parse_revision(str(name)).step)
-    ordered = frame.assign(_step=step).sort_values(["model", "tokens", "_step", "revision", *then],
-                                                   na_position="last", kind="stable")
+    ordered = frame.assign(_step=step).sort_values(
+        ["model", "tokens", "_step", "revision", *then], na_position="last", kind="stable"
+    )
     return ordered.drop(columns="_step").reset_index(drop=True)
 
 
-def run_record(run: pd.DataFrame, source: str, checkpoint_hash: str | None = None, downloaded_bytes: int = 0,
-               fetch_s: float = 0.0, load_s: float = 0.0, **extra) -> pd.DataFrame:
+def run_record(
+    run: pd.DataFrame,
+    source: str,
+    checkpoint_hash: str | None = None,
+    downloaded_bytes: int = 0,
+    fetch_s: float = 0.0,
+    load_s: float = 0.0,
+    **extra,
+) -> pd.DataFrame:
     """A screen's run record with where its checkpoint came from, as a shard stores it (panels and
     the watcher alike)."""
-    return run.assign(source=source, checkpoint_hash=checkpoint_hash, downloaded_bytes=downloaded_bytes,
-                      fetch_s=fetch_s, load_s=load_s, schema_version=SCHEMA_VERSION, **extra, finished_at=utc_now())
+    return run.assign(
+        source=source,
+        checkpoint_hash=checkpoint_hash,
+        downloaded_bytes=downloaded_bytes,
+        fetch_s=fetch_s,
+        load_s=load_s,
+        schema_version=SCHEMA_VERSION,
+        **extra,
+        finished_at=utc_now(),
+    )
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
@@ -282,12 +298,14 @@ class ResultsDir:
         """All completed shards as (heads, runs), in training order (then layer, head)."""
         names = self.completed_shards()
         if not names:
-            raise HeadtraceError(f"no results in '{self.root}' (expected {RUNS}/*.parquet); run `headtrace screen` "
-                                 "or `run` first")
+            raise HeadtraceError(
+                f"no results in '{self.root}' (expected {RUNS}/*.parquet); run `headtrace screen` or `run` first"
+            )
         missing = [n for n in names if not (self.root / HEADS / n).exists()]
         if missing:
-            raise HeadtraceError(f"results in '{self.root}' are inconsistent: run records without head tables: "
-                                 f"{missing}")
+            raise HeadtraceError(
+                f"results in '{self.root}' are inconsistent: run records without head tables: {missing}"
+            )
         runs = pd.concat([read_table(self.root / RUNS / n) for n in names], ignore_index=True)
         check_one_config_per_model(self.root, runs)
         heads = pd.concat([read_table(self.root / HEADS / n) for n in names], ignore_index=True)
@@ -356,12 +374,8 @@ def identical_weights(runs: pd.DataFrame) -> pd.Series:
         return pd.Series([None] * len(runs), index=runs.index, dtype=object)
     ordered = training_order(runs.reset_index(drop=True))
     first = ordered.dropna(subset=["checkpoint_hash"]).groupby(["model", "checkpoint_hash"]).revision.first()
-    same = [
-        first.get((m, h)) if isinstance(h, str) else None for m, h in zip(runs.model, runs.checkpoint_hash)
-    ]
-    return pd.Series(
-        [s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object
-    )
+    same = [first.get((m, h)) if isinstance(h, str) else None for m, h in zip(runs.model, runs.checkpoint_hash)]
+    return pd.Series([s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object)
 
 
 def new_shards(out: str | Path, interval: float, timeout: float | None = None) -> Iterator[list[str]]:
@@ -371,8 +385,9 @@ def new_shards(out: str | Path, interval: float, timeout: float | None = None) -
     results, seen, started = ResultsDir(out), set(), time.monotonic()
     while True:
         runs = results.root / RUNS
-        fresh = sorted((n for n in results.completed_shards() if n not in seen),
-                       key=lambda n: ((runs / n).stat().st_mtime_ns, n))
+        fresh = sorted(
+            (n for n in results.completed_shards() if n not in seen), key=lambda n: ((runs / n).stat().st_mtime_ns, n)
+        )
         seen.update(fresh)
         yield fresh
         left = None if timeout is None else timeout - (time.monotonic() - started)
@@ -395,9 +410,27 @@ def load_results(out: str | Path) -> pd.DataFrame:
 # Who writes a folder: the lock and the manifest (panels and the watcher alike).
 
 MANIFEST_SCHEMA = 1
-MANIFEST_COLUMNS = ("model", "revision", "tokens", "source", "config_hash", "checkpoint_hash", "same_weights_as",
-                    "downloaded_bytes", "fetch_s", "load_s", "wall_s", "started_at", "finished_at",
-                    "headtrace_version", "torch_version", "transformers_version", "device", "dtype", "run_id")
+MANIFEST_COLUMNS = (
+    "model",
+    "revision",
+    "tokens",
+    "source",
+    "config_hash",
+    "checkpoint_hash",
+    "same_weights_as",
+    "downloaded_bytes",
+    "fetch_s",
+    "load_s",
+    "wall_s",
+    "started_at",
+    "finished_at",
+    "headtrace_version",
+    "torch_version",
+    "transformers_version",
+    "device",
+    "dtype",
+    "run_id",
+)
 
 
 class OutputLock:
@@ -418,14 +451,24 @@ class OutputLock:
         if not lock_descriptor(fd, blocking=False):
             owner = _read_owner(fd)
             os.close(fd)
-            who = f"pid {owner.get('pid')} on {owner.get('host')}, since {owner.get('started')}" if owner \
+            who = (
+                f"pid {owner.get('pid')} on {owner.get('host')}, since {owner.get('started')}"
+                if owner
                 else "another process"
+            )
             holder = owner.get("holder", "another `headtrace run`") if owner else "another `headtrace run`"
-            raise HeadtraceError(f"'{self.path.parent}' is in use by {holder} ({who}); wait for it to finish or pick "
-                                 f"another {self.option}")
+            raise HeadtraceError(
+                f"'{self.path.parent}' is in use by {holder} ({who}); wait for it to finish or pick "
+                f"another {self.option}"
+            )
         self.previous_owner = _read_owner(fd)
-        record = {"pid": os.getpid(), "host": socket.gethostname(), "started": utc_now(), "command": " ".join(sys.argv),
-                  "holder": self.holder}
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": utc_now(),
+            "command": " ".join(sys.argv),
+            "holder": self.holder,
+        }
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         with contextlib.suppress(OSError):  # a full disk: the lock holds without its record
@@ -498,8 +541,10 @@ def write_manifest(out: ResultsDir, document: dict) -> None:
     try:
         write_json_atomic(document, out.manifest)
     except OSError as exc:
-        raise DiskFull(f"cannot update '{out.manifest}': {exc.strerror or exc}; free space and re-run the same "
-                       "command (finished shards are kept)") from None
+        raise DiskFull(
+            f"cannot update '{out.manifest}': {exc.strerror or exc}; free space and re-run the same "
+            "command (finished shards are kept)"
+        ) from None
 
 
 SAVE_FORMATS = (".parquet", ".csv", ".json")
@@ -509,8 +554,9 @@ def check_save_path(path: str | Path) -> None:
     """A `--save` path must name a format by its extension and lie where a file can be written."""
     path = Path(path)
     if path.suffix.lower() not in SAVE_FORMATS:
-        raise HeadtraceError(f"cannot tell the format of '{path}' from its extension; end it with "
-                             f"{', '.join(SAVE_FORMATS)}")
+        raise HeadtraceError(
+            f"cannot tell the format of '{path}' from its extension; end it with {', '.join(SAVE_FORMATS)}"
+        )
     check_writable(path.parent, "--save path")
 
 
@@ -518,7 +564,10 @@ def save_table(table: pd.DataFrame, path: str | Path) -> None:
     """Write a table in the format its extension names (.parquet, .csv or .json: one record per row)."""
     path = Path(path)
     check_save_path(path)
-    writers = {".parquet": lambda p: table.to_parquet(p, index=False), ".csv": lambda p: table.to_csv(p, index=False),
-               ".json": lambda p: table.to_json(p, orient="records", indent=1)}
+    writers = {
+        ".parquet": lambda p: table.to_parquet(p, index=False),
+        ".csv": lambda p: table.to_csv(p, index=False),
+        ".json": lambda p: table.to_json(p, orient="records", indent=1),
+    }
     with writing_results(path, "--save path"):
         atomic_write(path, writers[path.suffix.lower()])

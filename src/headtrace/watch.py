@@ -46,9 +46,23 @@ from headtrace.errors import HeadtraceError
 from headtrace.organism.config import REVISIONS_FILE, checkpoint_steps, revision_name
 from headtrace.probes import PROBES, build_probe
 from headtrace.schema import DTYPE_ALIASES, DTYPES, ScreenConfig
-from headtrace.store import (MANIFEST_SCHEMA, RUNS, OutputLock, ResultsDir, atomic_folder, check_writable,
-                             check_written_by_us, manifest_shards, run_record, shard_name, slug, utc_now,
-                             write_json_atomic, write_manifest, writing_results)
+from headtrace.store import (
+    MANIFEST_SCHEMA,
+    RUNS,
+    OutputLock,
+    ResultsDir,
+    atomic_folder,
+    check_writable,
+    check_written_by_us,
+    manifest_shards,
+    run_record,
+    shard_name,
+    slug,
+    utc_now,
+    write_json_atomic,
+    write_manifest,
+    writing_results,
+)
 from headtrace.trajectory import TrajectoryConfig, milestones, revision_table
 
 if TYPE_CHECKING:
@@ -76,8 +90,9 @@ class Schedule:
     last: int | None = None  # the run's last step (None: unbounded)
 
     def due(self, step: int) -> bool:
-        return step in self.steps or (self.every is not None and 0 < step and step % self.every == 0
-                                      and (self.last is None or step <= self.last))
+        return step in self.steps or (
+            self.every is not None and 0 < step and step % self.every == 0 and (self.last is None or step <= self.last)
+        )
 
 
 def schedule(revisions: Revisions, total_steps: int | None = None) -> Schedule:
@@ -100,8 +115,9 @@ def schedule(revisions: Revisions, total_steps: int | None = None) -> Schedule:
     for part in (p.strip() for p in revisions.split(",")):
         match = _PART.match(part)
         if not match:
-            raise HeadtraceError(f"unknown revisions '{part}'; use 'log:N', 'every:K', a list of steps, or several "
-                                 "joined by commas")
+            raise HeadtraceError(
+                f"unknown revisions '{part}'; use 'log:N', 'every:K', a list of steps, or several joined by commas"
+            )
         kind, n = match[1], int(match[2])
         if n < 1:
             raise HeadtraceError(f"'{part}' selects nothing; use {kind}:N with N >= 1")
@@ -170,8 +186,10 @@ def unwrapped(model: "torch.nn.Module") -> "torch.nn.Module":
 
 
 def _sharded_error(kind: str) -> HeadtraceError:
-    return HeadtraceError(f"{kind} shards the parameters across ranks and the watcher screens a whole model: not "
-                          "supported; train with DDP (or one process), or screen saved checkpoints with `headtrace run`")
+    return HeadtraceError(
+        f"{kind} shards the parameters across ranks and the watcher screens a whole model: not "
+        "supported; train with DDP (or one process), or screen saved checkpoints with `headtrace run`"
+    )
 
 
 class _BosOnly:
@@ -206,10 +224,21 @@ class Watcher:
     screens are kept and the new ones added.
     """
 
-    def __init__(self, out: str | Path, model_id: str, config: ScreenConfig = ScreenConfig(),
-                 revisions: Revisions = "log:24", total_steps: int | None = None, *,
-                 save_at_milestones: bool = False, checkpoint_dir: str | Path | None = None,
-                 tokenizer=None, rank: int | None = None, overwrite: bool = False, resume: bool = False):
+    def __init__(
+        self,
+        out: str | Path,
+        model_id: str,
+        config: ScreenConfig = ScreenConfig(),
+        revisions: Revisions = "log:24",
+        total_steps: int | None = None,
+        *,
+        save_at_milestones: bool = False,
+        checkpoint_dir: str | Path | None = None,
+        tokenizer=None,
+        rank: int | None = None,
+        overwrite: bool = False,
+        resume: bool = False,
+    ):
         config.validate()
         if not model_id or not str(model_id).strip():
             raise HeadtraceError("model_id names the model in the tables: give a non-empty one")
@@ -291,11 +320,21 @@ class Watcher:
                 self.run_id = earlier[0]
                 self._resume_milestones()
             else:
-                which = "several runs" if len(earlier) > 1 else (
-                    f"run {earlier[0]}" if earlier[0] is not None else "a run without a run id (a panel's, or older)")
-                ways = ("pass overwrite=True to replace them, or another model_id" if resume else
-                        "pass overwrite=True to replace them, resume=True if this run resumes that one from its "
-                        "checkpoint, or another model_id")
+                which = (
+                    "several runs"
+                    if len(earlier) > 1
+                    else (
+                        f"run {earlier[0]}"
+                        if earlier[0] is not None
+                        else "a run without a run id (a panel's, or older)"
+                    )
+                )
+                ways = (
+                    "pass overwrite=True to replace them, or another model_id"
+                    if resume
+                    else "pass overwrite=True to replace them, resume=True if this run resumes that one from its "
+                    "checkpoint, or another model_id"
+                )
                 raise HeadtraceError(f"'{self.out}' holds {len(mine)} screens of {self.model_id} from {which}; {ways}")
         self._runs = [runs]
         self.started = True
@@ -363,18 +402,28 @@ class Watcher:
         config = self._resolved or self.config
         frames = [f for f in self._runs if len(f)] or self._runs[:1]
         runs = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-        revisions = self.revisions if self.revisions is None or isinstance(self.revisions, str) \
+        revisions = (
+            self.revisions
+            if self.revisions is None or isinstance(self.revisions, str)
             else [int(s) for s in self.revisions]
-        write_manifest(self.results, {
-            "schema": MANIFEST_SCHEMA,
-            "headtrace_version": __version__,
-            "updated_at": utc_now(),
-            "watch": {"model": self.model_id, "run_id": self.run_id, "revisions": revisions,
-                      "total_steps": self.total_steps},
-            "config_hash": config.config_hash,
-            "config": config.to_dict(),
-            "shards": manifest_shards(runs),
-        })
+        )
+        write_manifest(
+            self.results,
+            {
+                "schema": MANIFEST_SCHEMA,
+                "headtrace_version": __version__,
+                "updated_at": utc_now(),
+                "watch": {
+                    "model": self.model_id,
+                    "run_id": self.run_id,
+                    "revisions": revisions,
+                    "total_steps": self.total_steps,
+                },
+                "config_hash": config.config_hash,
+                "config": config.to_dict(),
+                "shards": manifest_shards(runs),
+            },
+        )
 
     def _prepared(self, adapter) -> ScreenConfig:
         from headtrace.models import check_probe_fits  # torch: importing the watcher loads none
@@ -387,8 +436,10 @@ class Watcher:
             if bos is None:
                 bos = getattr(adapter.config, "bos_token_id", None)
             if config.probe.prepend_bos and bos is None:
-                raise HeadtraceError("prepend_bos needs a BOS id: the model's config has none; pass tokenizer= to "
-                                     "the watcher, or prepend_bos=False")
+                raise HeadtraceError(
+                    "prepend_bos needs a BOS id: the model's config has none; pass tokenizer= to "
+                    "the watcher, or prepend_bos=False"
+                )
             self._probe = build_probe(config.probe, lambda: self.tokenizer or _BosOnly(bos))
             self._resolved = config
         return config
@@ -431,8 +482,12 @@ class Watcher:
         if "model" not in runs:
             return not list(revisions)
         mine = runs.loc[runs["model"] == self.model_id].set_index("revision")
-        return all(r in mine.index and mine.at[r, "config_hash"] == self.config.config_hash
-                   and _run_id(mine.at[r, "run_id"] if "run_id" in mine else None) == run_id for r in revisions)
+        return all(
+            r in mine.index
+            and mine.at[r, "config_hash"] == self.config.config_hash
+            and _run_id(mine.at[r, "run_id"] if "run_id" in mine else None) == run_id
+            for r in revisions
+        )
 
     def _check_one_config(self, config: ScreenConfig) -> None:
         """Refuse, before training, a folder that holds this model screened with another config (a
@@ -441,14 +496,18 @@ class Watcher:
         hashes = set(runs.loc[runs.model == self.model_id, "config_hash"]) if "model" in runs else set()
         others = sorted(str(h) for h in hashes - {config.config_hash} if isinstance(h, str))
         if others:
-            raise HeadtraceError(f"'{self.out}' holds {self.model_id} screened with another config ({', '.join(others)}); "
-                                 "pick another results folder or model_id, or screen with that config")
+            raise HeadtraceError(
+                f"'{self.out}' holds {self.model_id} screened with another config ({', '.join(others)}); "
+                "pick another results folder or model_id, or screen with that config"
+            )
 
     def _new_milestones(self, heads: pd.DataFrame, run: pd.DataFrame) -> list[str]:
         """The milestones of trajectory.py reached at this revision and at none before it."""
         trajectory = TrajectoryConfig(thresholds=(self._resolved or self.config).thresholds)
         table = milestones(revision_table(heads, run, trajectory), trajectory)
-        reached = [m for m, r in zip(table.milestone, table.revision) if isinstance(r, str) and m not in self.milestones]
+        reached = [
+            m for m, r in zip(table.milestone, table.revision) if isinstance(r, str) and m not in self.milestones
+        ]
         revision = str(run.revision.iloc[0])
         self.milestones.update({m: revision for m in reached})
         return reached
@@ -511,9 +570,11 @@ def _rank() -> int:
 def _metrics(result: "ScreenResult") -> dict[str, float]:
     """The scalars logged per screen."""
     run = result.run.iloc[0]
-    return {"headtrace/sink_fraction": float(run.sink_fraction),
-            "headtrace/best_induction": float(result.heads.sel_induction.max()),
-            "headtrace/top1": float(run.top1)}
+    return {
+        "headtrace/sink_fraction": float(run.sink_fraction),
+        "headtrace/best_induction": float(result.heads.sel_induction.max()),
+        "headtrace/top1": float(run.top1),
+    }
 
 
 def _calling_trainer():
@@ -562,17 +623,27 @@ def _build_callback():
         of training to its end.
         """
 
-        def __init__(self, out: str | Path = "results", revisions: Revisions = "log:24",
-                     config: ScreenConfig = ScreenConfig(), model_id: str | None = None,
-                     save_at_milestones: bool = False, checkpoint_dir: str | Path | None = None,
-                     tokens_per_step: float | None = None, log_metrics: bool = True, overwrite: bool = False,
-                     resume: bool = False):
+        def __init__(
+            self,
+            out: str | Path = "results",
+            revisions: Revisions = "log:24",
+            config: ScreenConfig = ScreenConfig(),
+            model_id: str | None = None,
+            save_at_milestones: bool = False,
+            checkpoint_dir: str | Path | None = None,
+            tokens_per_step: float | None = None,
+            log_metrics: bool = True,
+            overwrite: bool = False,
+            resume: bool = False,
+        ):
             config.validate()
             schedule(revisions, 1)  # the syntax, before training (max_steps comes with it); O(1) for "every:K"
             if tokens_per_step is not None and tokens_per_step <= 0:
                 raise HeadtraceError(f"tokens_per_step must be positive (got {tokens_per_step})")
             if overwrite and resume:
-                raise HeadtraceError("overwrite=True replaces an earlier run's screens, resume=True keeps them: pass one")
+                raise HeadtraceError(
+                    "overwrite=True replaces an earlier run's screens, resume=True keeps them: pass one"
+                )
             check_writable(out, "results folder")
             self.out, self.revisions, self.config = Path(out), revisions, config
             self.model_id, self.save_at_milestones, self.checkpoint_dir = model_id, save_at_milestones, checkpoint_dir
@@ -590,11 +661,19 @@ def _build_callback():
             tokenizer = processing_class if hasattr(processing_class, "bos_token_id") else None
             if self.watcher is not None:
                 self.watcher.close()  # a run before this one that did not end
-            self.watcher = Watcher(self.out, self.model_id or Path(args.output_dir or "model").name, self.config,
-                                   self.revisions, total_steps=state.max_steps if state.max_steps > 0 else None,
-                                   save_at_milestones=self.save_at_milestones, checkpoint_dir=self.checkpoint_dir,
-                                   tokenizer=tokenizer, rank=0 if state.is_world_process_zero else 1,
-                                   overwrite=self.overwrite, resume=self.resume)
+            self.watcher = Watcher(
+                self.out,
+                self.model_id or Path(args.output_dir or "model").name,
+                self.config,
+                self.revisions,
+                total_steps=state.max_steps if state.max_steps > 0 else None,
+                save_at_milestones=self.save_at_milestones,
+                checkpoint_dir=self.checkpoint_dir,
+                tokenizer=tokenizer,
+                rank=0 if state.is_world_process_zero else 1,
+                overwrite=self.overwrite,
+                resume=self.resume,
+            )
             try:
                 self.watcher.prepare(model)
             except BaseException:
@@ -612,7 +691,10 @@ def _build_callback():
                 self._screen(args, state, model)
 
         def _tokens(self, args, state) -> float | None:
-            if getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False) and state.num_input_tokens_seen:
+            if (
+                getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False)
+                and state.num_input_tokens_seen
+            ):
                 return float(state.num_input_tokens_seen)
             return None if self.tokens_per_step is None else float(self.tokens_per_step * state.global_step)
 
@@ -620,8 +702,9 @@ def _build_callback():
             try:
                 result = self.watcher.screen(model, state.global_step, self._tokens(args, state))
             except HeadtraceError as exc:
-                warnings.warn(f"headtrace: the screen at step {state.global_step} failed, training goes on: {exc}",
-                              stacklevel=2)
+                warnings.warn(
+                    f"headtrace: the screen at step {state.global_step} failed, training goes on: {exc}", stacklevel=2
+                )
                 return
             if result is None or not self.log_metrics:
                 return

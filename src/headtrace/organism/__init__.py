@@ -11,8 +11,18 @@ from headtrace.organism.corpus import BOS_ID, CorpusConfig
 from headtrace.organism.recipes import ARCHS, Recipe, recipe
 
 _TRAINER = ("TrainResult", "train")  # from headtrace.organism.trainer, which imports torch
-__all__ = ["ARCHS", "BOS_ID", "CorpusConfig", "Organism", "Recipe", "TrainConfig", "TrainResult",
-           "checkpoint_steps", "recipe", "train"]
+__all__ = [
+    "ARCHS",
+    "BOS_ID",
+    "CorpusConfig",
+    "Organism",
+    "Recipe",
+    "TrainConfig",
+    "TrainResult",
+    "checkpoint_steps",
+    "recipe",
+    "train",
+]
 
 
 def __getattr__(name: str):

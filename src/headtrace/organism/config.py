@@ -67,8 +67,12 @@ class Organism:
     train: TrainConfig = TrainConfig()
 
     def to_dict(self) -> dict:
-        return {"recipe": self.recipe.to_dict(), "corpus": self.corpus.to_dict(), "train": self.train.to_dict(),
-                "seed": self.train.seed}
+        return {
+            "recipe": self.recipe.to_dict(),
+            "corpus": self.corpus.to_dict(),
+            "train": self.train.to_dict(),
+            "seed": self.train.seed,
+        }
 
     def validate(self) -> None:
         self.recipe.validate()

@@ -58,8 +58,9 @@ def build_tokenizer(vocab_size: int):
     vocab.update({f"t{i}": i for i in range(len(SPECIAL_TOKENS), vocab_size)})
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>",
-                                   unk_token="<unk>", model_max_length=2 * 1024)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", model_max_length=2 * 1024
+    )
 
 
 class LossDropSaves:
@@ -105,8 +106,7 @@ def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None) -> b
             existing = None
         if existing is None or existing.get("organism") != wanted:
             raise HeadtraceError(
-                f"'{out}' is not empty and holds no organism with these settings; pick another --out "
-                "or delete it"
+                f"'{out}' is not empty and holds no organism with these settings; pick another --out or delete it"
             )
         screened = [e["revision"] for e in existing.get("screened") or []]
         if existing.get("complete") and (watch is None or watch.has_screened(screened, existing.get("run_id"))):
@@ -133,8 +133,13 @@ def _save(model, tokenizer, out: Path, name: str, step: int, tokens: int, listed
     write_json_atomic(meta, out / ORGANISM_FILE)
 
 
-def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallback | None = None,
-          watch: "Watcher | None" = None, save: str | None = None) -> TrainResult:
+def train(
+    out: str | Path,
+    organism: Organism = Organism(),
+    on_step: StepCallback | None = None,
+    watch: "Watcher | None" = None,
+    save: str | None = None,
+) -> TrainResult:
     """Train `organism` into `out`; `on_step` is called after every optimiser step.
 
     With `watch`, the checkpoint steps (and any the watcher schedules) are screened into the
@@ -149,8 +154,9 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
             watch.close()
 
 
-def _train(out: Path, organism: Organism, on_step: StepCallback | None, watch: "Watcher | None",
-           save: str | None) -> TrainResult:
+def _train(
+    out: Path, organism: Organism, on_step: StepCallback | None, watch: "Watcher | None", save: str | None
+) -> TrainResult:
     organism.validate()
     save = save or ("final" if watch is not None else "all")
     if save not in ("all", "final"):
@@ -170,8 +176,11 @@ def _train(out: Path, organism: Organism, on_step: StepCallback | None, watch: "
     tokenizer = build_tokenizer(corpus.vocab_size)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr,
+        betas=(0.9, 0.95),
+    )
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config))
     saves = set(config.checkpoint_steps())
     loss_drop = LossDropSaves(config.checkpoint_loss_drop)
