@@ -1,11 +1,12 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# `make test-fast` skips the slow tests; `make lint` runs ruff as CI does.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PIP    := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints/ci.txt
 
-.PHONY: demo test venv clean
+.PHONY: demo test test-fast lint venv clean
 
 $(STAMP): pyproject.toml constraints/ci.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash scripts/ensure-chromium.sh
 	$(BIN)/python -m pytest
+
+# The edit-test loop: every test but those marked slow (each over ~30 s on 2 cores).
+test-fast: $(STAMP)
+	bash scripts/ensure-chromium.sh
+	$(BIN)/python -m pytest -m "not slow"
+
+# The rules and the line length are in pyproject.toml ([tool.ruff]); ruff is pinned in the test extra.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 clean:
 	rm -rf $(VENV) .pytest_cache

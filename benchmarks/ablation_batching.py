@@ -28,8 +28,16 @@ def setup(name: str):
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     torch.manual_seed(0)
-    config = GPTNeoXConfig(num_hidden_layers=12, num_attention_heads=8, hidden_size=256, intermediate_size=1024,
-                           vocab_size=10240, rotary_pct=0.25, max_position_embeddings=512, attn_implementation="sdpa")
+    config = GPTNeoXConfig(
+        num_hidden_layers=12,
+        num_attention_heads=8,
+        hidden_size=256,
+        intermediate_size=1024,
+        vocab_size=10240,
+        rotary_pct=0.25,
+        max_position_embeddings=512,
+        attn_implementation="sdpa",
+    )
     return ModelAdapter(GPTNeoXForCausalLM(config).eval()), ((8, 1), (8, 5), (9, 2))
 
 
@@ -51,17 +59,22 @@ def main() -> None:
     probe = build_probe(ScreenConfig.of(n_examples=args.n, seq_len=args.seq_len).probe, lambda: None)
     conditions = conditions_for(circuit, adapter.layout, AblationConfig(draws=args.seeds))
     timings, results = {}, {}
-    for label, strategy, stack in [("naive (one full pass per condition)", "naive", 1),
-                                   ("replay from the first ablated layer", "replay", 1),
-                                   (f"replay + {args.stack} conditions per forward", "replay", args.stack)]:
+    for label, strategy, stack in [
+        ("naive (one full pass per condition)", "naive", 1),
+        ("replay from the first ablated layer", "replay", 1),
+        (f"replay + {args.stack} conditions per forward", "replay", args.stack),
+    ]:
         started = time.perf_counter()
-        results[label] = run_conditions(adapter, probe, conditions, batch_size=args.batch_size, stack=stack,
-                                        strategy=strategy)
+        results[label] = run_conditions(
+            adapter, probe, conditions, batch_size=args.batch_size, stack=stack, strategy=strategy
+        )
         timings[label] = time.perf_counter() - started
     naive = next(iter(results.values()))
-    print(f"{args.model}: {adapter.layout.n_layers} layers, circuit in layers "
-          f"{sorted({l for l, _ in circuit})}, {len(conditions)} conditions, n = {args.n}, T = {args.seq_len}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"{args.model}: {adapter.layout.n_layers} layers, circuit in layers "
+        f"{sorted({l for l, _ in circuit})}, {len(conditions)} conditions, n = {args.n}, T = {args.seq_len}, "
+        f"{torch.get_num_threads()} threads"
+    )
     for label, seconds in timings.items():
         print(f"  {label:<45s} {seconds:8.2f} s   speed-up x{timings[next(iter(timings))] / seconds:.2f}")
     for label, stats in results.items():

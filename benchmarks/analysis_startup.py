@@ -36,8 +36,9 @@ finally:
 def measure(args: list[str]) -> tuple[float, float, str]:
     """(wall seconds, peak RSS in MB, heavy modules imported) of one command in a fresh process."""
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-c", WRAPPER, *args], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", WRAPPER, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     stderr = process.stderr.read()
     _, _, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
@@ -60,8 +61,11 @@ def main() -> None:
             "usage error": lambda i: ["screen", "--no-such-option"],
             "--version": lambda i: ["--version"],
         }
-        subprocess.run([sys.executable, "-m", "headtrace", "import-reference", *files, "-o", results], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "headtrace", "import-reference", *files, "-o", results],
+            check=True,
+            capture_output=True,
+        )
         print(f"{'command':<18}{'wall s (median)':>16}{'peak RSS MB':>13}  torch/transformers imported")
         for name, args in commands.items():
             runs = [measure(args(i)) for i in range(repeats)]

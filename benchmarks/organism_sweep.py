@@ -24,26 +24,60 @@ from rich.table import Table
 
 from headtrace.organism.demo import DemoCheck, check_demo
 
-COLUMNS = ("seed", "threads", "revisions", "heads >= 50x", "top-1 first -> final", "verdict",
-           "circuit / random top-1", "random shortfall", "sinks first -> final", "during / after transition", "failed")
+COLUMNS = (
+    "seed",
+    "threads",
+    "revisions",
+    "heads >= 50x",
+    "top-1 first -> final",
+    "verdict",
+    "circuit / random top-1",
+    "random shortfall",
+    "sinks first -> final",
+    "during / after transition",
+    "failed",
+)
 
 
 def run_one(seed: int, threads: int, out: Path) -> tuple[DemoCheck, float]:
     """One demo run (training included); its check and wall time."""
     folder = out / f"seed{seed}-threads{threads}"
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "headtrace", "demo", "--seed", str(seed), "--threads", str(threads),
-                           "--out", str(folder)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headtrace",
+            "demo",
+            "--seed",
+            str(seed),
+            "--threads",
+            str(threads),
+            "--out",
+            str(folder),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         raise SystemExit(f"demo seed {seed} threads {threads} failed:\n{proc.stderr[-3000:]}")
     return check_demo(folder / "results"), time.perf_counter() - started
 
 
 def row(seed: int, threads: int, check: DemoCheck) -> list[str]:
-    return [str(seed), str(threads), str(check.revisions), str(check.induction_heads),
-            f"{check.top1_first:.2f} -> {check.top1_final:.2f}", check.verdict,
-            f"{check.circuit_top1:.2f} / {check.random_top1:.2f}", str(check.shortfall), f"{check.sinks_first} -> {check.sinks_final}",
-            f"{check.during_transition} / {check.after_transition}", "; ".join(check.failures()) or "-"]
+    return [
+        str(seed),
+        str(threads),
+        str(check.revisions),
+        str(check.induction_heads),
+        f"{check.top1_first:.2f} -> {check.top1_final:.2f}",
+        check.verdict,
+        f"{check.circuit_top1:.2f} / {check.random_top1:.2f}",
+        str(check.shortfall),
+        f"{check.sinks_first} -> {check.sinks_final}",
+        f"{check.during_transition} / {check.after_transition}",
+        "; ".join(check.failures()) or "-",
+    ]
 
 
 def markdown(rows: list[list[str]]) -> str:
@@ -71,12 +105,14 @@ def main() -> None:
     console = Console(width=200)
     console.print(table)
     checks = [check for check, _ in results]
-    console.print(f"range over runs: heads >= 50x {min(c.induction_heads for c in checks)}-"
-                  f"{max(c.induction_heads for c in checks)}; final top-1 {min(c.top1_final for c in checks):.2f}-"
-                  f"{max(c.top1_final for c in checks):.2f}; circuit top-1 {min(c.circuit_top1 for c in checks):.2f}-"
-                  f"{max(c.circuit_top1 for c in checks):.2f} against random {min(c.random_top1 for c in checks):.2f}-"
-                  f"{max(c.random_top1 for c in checks):.2f}; wall per run (training included unless reused) "
-                  f"{min(w for _, w in results):.0f}-{max(w for _, w in results):.0f} s")
+    console.print(
+        f"range over runs: heads >= 50x {min(c.induction_heads for c in checks)}-"
+        f"{max(c.induction_heads for c in checks)}; final top-1 {min(c.top1_final for c in checks):.2f}-"
+        f"{max(c.top1_final for c in checks):.2f}; circuit top-1 {min(c.circuit_top1 for c in checks):.2f}-"
+        f"{max(c.circuit_top1 for c in checks):.2f} against random {min(c.random_top1 for c in checks):.2f}-"
+        f"{max(c.random_top1 for c in checks):.2f}; wall per run (training included unless reused) "
+        f"{min(w for _, w in results):.0f}-{max(w for _, w in results):.0f} s"
+    )
     if args.markdown:
         args.markdown.write_text(markdown(rows))
     failed = sum(bool(c.failures()) for c in checks)

@@ -91,9 +91,7 @@ def measure(n_examples: int) -> None:
         cls, config, _ = MODELS[name]
         config._attn_implementation = "sdpa"
         model = cls(config).eval()
-        result = screen(
-            ModelAdapter(model), probe, ScreenConfig.of(n_examples=n_examples, batch_size=n_examples)
-        )
+        result = screen(ModelAdapter(model), probe, ScreenConfig.of(n_examples=n_examples, batch_size=n_examples))
         seconds = float(result.run.wall_s.iloc[0])
         print(
             f"{name:26s} CPU fp32, {torch.get_num_threads()} threads: {seconds / n_examples:.2f} s an example "

@@ -42,13 +42,34 @@ import numpy as np
 
 CONFIGS = {
     # GPT-NeoX shapes of the Pythia suite; random init (no download).
-    "pythia-160m": dict(num_hidden_layers=12, num_attention_heads=12, hidden_size=768, intermediate_size=3072,
-                        vocab_size=50304, rotary_pct=0.25, max_position_embeddings=2048),
-    "pythia-1b": dict(num_hidden_layers=16, num_attention_heads=8, hidden_size=2048, intermediate_size=8192,
-                      vocab_size=50304, rotary_pct=0.25, max_position_embeddings=2048),
+    "pythia-160m": dict(
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        hidden_size=768,
+        intermediate_size=3072,
+        vocab_size=50304,
+        rotary_pct=0.25,
+        max_position_embeddings=2048,
+    ),
+    "pythia-1b": dict(
+        num_hidden_layers=16,
+        num_attention_heads=8,
+        hidden_size=2048,
+        intermediate_size=8192,
+        vocab_size=50304,
+        rotary_pct=0.25,
+        max_position_embeddings=2048,
+    ),
     # A small model for quick checks and the memory sweep on slow machines.
-    "small": dict(num_hidden_layers=6, num_attention_heads=8, hidden_size=256, intermediate_size=1024,
-                  vocab_size=10240, rotary_pct=0.25, max_position_embeddings=2048),
+    "small": dict(
+        num_hidden_layers=6,
+        num_attention_heads=8,
+        hidden_size=256,
+        intermediate_size=1024,
+        vocab_size=10240,
+        rotary_pct=0.25,
+        max_position_embeddings=2048,
+    ),
 }
 DEFAULT_N = {"pythia-160m": 256, "pythia-1b": 2000, "small": 256}
 # --profile groups the self time of torch ops (name prefixes) to show where each method's time goes.
@@ -56,8 +77,19 @@ OP_GROUPS = {
     "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
     "attention kernel": ("aten::_scaled_dot_product", "aten::scaled_dot_product"),
     "softmax, exp": ("aten::_softmax", "aten::softmax", "aten::_safe_softmax", "aten::exp"),
-    "copies, indexing": ("aten::copy_", "aten::cat", "aten::stack", "aten::clone", "aten::contiguous", "aten::index",
-                         "aten::_to_copy", "aten::masked_fill", "aten::fill_", "aten::zero_", "aten::where"),
+    "copies, indexing": (
+        "aten::copy_",
+        "aten::cat",
+        "aten::stack",
+        "aten::clone",
+        "aten::contiguous",
+        "aten::index",
+        "aten::_to_copy",
+        "aten::masked_fill",
+        "aten::fill_",
+        "aten::zero_",
+        "aten::where",
+    ),
 }
 METHODS = {"a": "headtrace", "b": "reference", "c": "transformerlens", "d": "floor"}
 REFERENCE_BATCH = 4
@@ -99,10 +131,12 @@ def run_headtrace(model, probe, args) -> dict:
     import headtrace.screen
     import torch
 
-    config = ScreenConfig.of(n_examples=probe.n, seq_len=probe.seq_len, batch_size=args.batch_size,
-                          dtype=args.dtype, device=args.device)
+    config = ScreenConfig.of(
+        n_examples=probe.n, seq_len=probe.seq_len, batch_size=args.batch_size, dtype=args.dtype, device=args.device
+    )
     stream = headtrace.screen._stream
     if args.device.startswith("cuda"):  # any host sync inside the loop raises
+
         def strict(*a, **k):
             torch.cuda.set_sync_debug_mode("error")
             try:
@@ -123,13 +157,18 @@ def run_headtrace(model, probe, args) -> dict:
     return out
 
 
-def outputs_from_rows(probe, rows: np.ndarray, sink: np.ndarray, at_query: np.ndarray, top1: float, loss: float) -> dict:
+def outputs_from_rows(
+    probe, rows: np.ndarray, sink: np.ndarray, at_query: np.ndarray, top1: float, loss: float
+) -> dict:
     """The selectivity arithmetic: rows [n, layers, heads, L] of attention at the query,
     sink [n, layers, heads] (mean attention to key 0 over rows <= query), at_query
     [n, layers, heads, d] per-head outputs at the query."""
     n = probe.n
     index = np.arange(n)
-    take = lambda pos: rows[index, :, :, pos]  # [n, layers, heads]
+
+    def take(pos):  # [n, layers, heads]
+        return rows[index, :, :, pos]
+
     valid = probe.valid
     out = {
         "induction": take(np.maximum(probe.induction, 0))[valid].mean(0),
@@ -139,8 +178,9 @@ def outputs_from_rows(probe, rows: np.ndarray, sink: np.ndarray, at_query: np.nd
         "self": take(probe.query).mean(0),
         "local": np.mean([take(probe.local[:, k]) for k in range(probe.local.shape[1])], axis=0).mean(0),
         "null": take(probe.null).mean(0),
-        "baseline": np.stack([rows[i][..., probe.baseline[i][probe.baseline[i] >= 0]].mean(-1)
-                              for i in range(n)]).mean(0),
+        "baseline": np.stack([rows[i][..., probe.baseline[i][probe.baseline[i] >= 0]].mean(-1) for i in range(n)]).mean(
+            0
+        ),
         "sink_score": sink.mean(0),
     }
     n_layers, n_heads = at_query.shape[1:3]
@@ -189,8 +229,10 @@ def run_reference(model, probe, args) -> dict:
             logits_q.append(out.logits[b, q].float().cpu().clone())
         model.config._attn_implementation = "sdpa"
         captured: list[list[torch.Tensor]] = [[] for _ in adapter.out_proj]
-        hooks = [proj.register_forward_pre_hook(lambda m, a, l=l: captured[l].append(a[0]))
-                 for l, proj in enumerate(adapter.out_proj)]
+        hooks = [
+            proj.register_forward_pre_hook(lambda m, a, l=l: captured[l].append(a[0]))
+            for l, proj in enumerate(adapter.out_proj)
+        ]
         at_query = []
         try:
             for start in range(0, probe.n, REFERENCE_BATCH):  # second pass: per-head outputs
@@ -215,12 +257,17 @@ def tl_bridge(model):
     from transformers import PreTrainedTokenizerFast
 
     # Token ids go in directly; the bridge only needs some tokenizer object (no download).
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<|endoftext|>": 0, "<unk>": 1},
-                                                                                   unk_token="<unk>")),
-                                        eos_token="<|endoftext|>")
-    return TransformerBridge.boot_transformers("EleutherAI/pythia-160m", hf_model=model, tokenizer=tokenizer,
-                                               device=str(next(model.parameters()).device),
-                                               dtype=next(model.parameters()).dtype)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"<|endoftext|>": 0, "<unk>": 1}, unk_token="<unk>")),
+        eos_token="<|endoftext|>",
+    )
+    return TransformerBridge.boot_transformers(
+        "EleutherAI/pythia-160m",
+        hf_model=model,
+        tokenizer=tokenizer,
+        device=str(next(model.parameters()).device),
+        dtype=next(model.parameters()).dtype,
+    )
 
 
 def run_transformerlens(bridge, probe, args) -> dict:
@@ -232,14 +279,19 @@ def run_transformerlens(bridge, probe, args) -> dict:
         for i in range(probe.n):
             q = int(probe.query[i])
             logits, cache = bridge.run_with_cache(torch.as_tensor(probe.input_ids[i : i + 1], device=args.device))
-            patterns = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][0] for l in range(n_layers)])  # [layers, h, L, L]
+            patterns = torch.stack(
+                [cache[f"blocks.{l}.attn.hook_pattern"][0] for l in range(n_layers)]
+            )  # [layers, h, L, L]
             rows.append(patterns[:, :, q].float().cpu().clone())  # clone: a view would keep the whole cache alive
             sinks.append(patterns[:, :, : q + 1, 0].float().mean(-1).cpu())
-            at_query.append(torch.stack([cache[f"blocks.{l}.attn.hook_z"][0, q] for l in range(n_layers)]).float().cpu())
+            at_query.append(
+                torch.stack([cache[f"blocks.{l}.attn.hook_z"][0, q] for l in range(n_layers)]).float().cpu()
+            )
             logits_q.append(logits[0, q].float().cpu().clone())
     top1, loss = capability(torch.stack(logits_q), torch.as_tensor(probe.answer))
-    return outputs_from_rows(probe, torch.stack(rows).numpy(), torch.stack(sinks).numpy(),
-                             torch.stack(at_query).numpy(), top1, loss)
+    return outputs_from_rows(
+        probe, torch.stack(rows).numpy(), torch.stack(sinks).numpy(), torch.stack(at_query).numpy(), top1, loss
+    )
 
 
 def run_floor(model, probe, args) -> dict:
@@ -284,8 +336,14 @@ def measure(method: str, args) -> dict:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if args.outputs:
         np.savez(args.outputs, **outputs)
-    return {"method": method, "n": args.n, "wall_s": wall, "cpu_s": cpu, "peak_mib": peak / 2**20,
-            "growth_mib": (peak - before) / 2**20}
+    return {
+        "method": method,
+        "n": args.n,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "peak_mib": peak / 2**20,
+        "growth_mib": (peak - before) / 2**20,
+    }
 
 
 def profile_run(method: str, run, target, probe, args) -> dict:
@@ -312,17 +370,37 @@ def print_profiles(records: list[dict]) -> None:
     print(f"\nprofile (seconds; n={records[0]['n']}; wall under the profiler)")
     print("| method | wall | " + " | ".join(groups) + " |\n|---|" + "---:|" * (len(groups) + 1))
     for rec in records:
-        print(f"| ({rec['method']}) {METHODS[rec['method']]} | {rec['wall_s']:.2f} | "
-              + " | ".join(f"{rec['groups'][g]:.2f}" for g in groups) + " |")
+        print(
+            f"| ({rec['method']}) {METHODS[rec['method']]} | {rec['wall_s']:.2f} | "
+            + " | ".join(f"{rec['groups'][g]:.2f}" for g in groups)
+            + " |"
+        )
     for rec in records:
         print(f"top ops of {METHODS[rec['method']]}: " + ", ".join(f"{name} {s:.2f} s" for name, s in rec["top_ops"]))
 
 
 def spawn(method: str, args, n: int | None = None, config: str | None = None, outputs: str | None = None) -> dict:
     """Run one measurement in a fresh Python process and return its record."""
-    cmd = [sys.executable, __file__, "--one", method, "--config", config or args.config, "--n", str(n or args.n),
-           "--seq-len", str(args.seq_len), "--device", args.device, "--dtype", args.dtype,
-           "--batch-size", str(args.batch_size), "--threads", str(args.threads or 0)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--one",
+        method,
+        "--config",
+        config or args.config,
+        "--n",
+        str(n or args.n),
+        "--seq-len",
+        str(args.seq_len),
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--batch-size",
+        str(args.batch_size),
+        "--threads",
+        str(args.threads or 0),
+    ]
     if outputs:
         cmd += ["--outputs", outputs]
     if args.profile:
@@ -335,11 +413,18 @@ def spawn(method: str, args, n: int | None = None, config: str | None = None, ou
 
 def compare(a: dict, other: dict, name: str, rtol: float) -> float:
     """Assert equal outputs (selectivities to `rtol`); return the largest relative difference."""
-    sel = lambda d: {k: d[k] / np.maximum(d["baseline"], 1e-8) for k in ("induction", "duplicate", "previous",
-                                                                          "first", "self", "local", "null")}
+
+    def sel(d: dict) -> dict:
+        return {
+            k: d[k] / np.maximum(d["baseline"], 1e-8)
+            for k in ("induction", "duplicate", "previous", "first", "self", "local", "null")
+        }
+
     worst = 0.0
-    pairs = [*((f"sel_{k}", v, sel(other)[k]) for k, v in sel(a).items()),
-             *((k, a[k], other[k]) for k in ("sink_score", "pr", "top1", "loss"))]
+    pairs = [
+        *((f"sel_{k}", v, sel(other)[k]) for k, v in sel(a).items()),
+        *((k, a[k], other[k]) for k in ("sink_score", "pr", "top1", "loss")),
+    ]
     for key, x, y in pairs:
         x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
         np.testing.assert_allclose(y, x, rtol=rtol, atol=rtol * 1e-2, err_msg=f"{name}: {key} differs from headtrace")
@@ -366,21 +451,38 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--batch-size", type=int, default=None, help="headtrace's and the floor's micro-batch "
-                        "(default: ScreenConfig's)")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="headtrace's and the floor's micro-batch (default: ScreenConfig's)"
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--skip-tl", action="store_true", help="leave out (c) TransformerLens")
     parser.add_argument("--skip-reference", action="store_true", help="leave out (b) the reference method")
     parser.add_argument("--check-n", type=int, default=16, help="examples in the equality check before timing")
-    parser.add_argument("--rtol", type=float, default=None, help="tolerance of the equality check "
-                        "(default 1e-3 in float32, 5e-2 otherwise)")
-    parser.add_argument("--memory-sizes", type=int, nargs="*", default=[256, 2048],
-                        help="probe sizes of the memory sweep of (a) and (b); none to skip it")
-    parser.add_argument("--memory-config", choices=sorted(CONFIGS), default="small",
-                        help="model of the memory sweep (default: small, so that n=2048 of the reference "
-                        "fits in minutes on a CPU; pass --memory-config pythia-160m for the full shape)")
-    parser.add_argument("--profile", action="store_true", help="instead of timing rounds, run each method once "
-                        "under torch.profiler and print where its time goes")
+    parser.add_argument(
+        "--rtol",
+        type=float,
+        default=None,
+        help="tolerance of the equality check (default 1e-3 in float32, 5e-2 otherwise)",
+    )
+    parser.add_argument(
+        "--memory-sizes",
+        type=int,
+        nargs="*",
+        default=[256, 2048],
+        help="probe sizes of the memory sweep of (a) and (b); none to skip it",
+    )
+    parser.add_argument(
+        "--memory-config",
+        choices=sorted(CONFIGS),
+        default="small",
+        help="model of the memory sweep (default: small, so that n=2048 of the reference "
+        "fits in minutes on a CPU; pass --memory-config pythia-160m for the full shape)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of timing rounds, run each method once under torch.profiler and print where its time goes",
+    )
     parser.add_argument("--json", help="also write every record here")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--outputs", help=argparse.SUPPRESS)
@@ -398,9 +500,12 @@ def main() -> None:
         return
 
     methods = ["a"] + ([] if args.skip_reference else ["b"]) + ([] if args.skip_tl else ["c"]) + ["d"]
-    print(f"model {args.config} (random init), n={args.n} x T={args.seq_len}, {args.device} {args.dtype}, "
-          f"headtrace/floor batch {args.batch_size}, reference batch {REFERENCE_BATCH}, repeats {args.repeats}; "
-          f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}", flush=True)
+    print(
+        f"model {args.config} (random init), n={args.n} x T={args.seq_len}, {args.device} {args.dtype}, "
+        f"headtrace/floor batch {args.batch_size}, reference batch {REFERENCE_BATCH}, repeats {args.repeats}; "
+        f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
+        flush=True,
+    )
     if args.profile:
         print_profiles([spawn(m, args) for m in methods])
         return
@@ -414,16 +519,22 @@ def main() -> None:
                 if m not in ("a", "d"):  # every timed run's outputs equal headtrace's of the same round
                     compare(dict(np.load(os.path.join(workdir, "a.npz"))), dict(np.load(path)), METHODS[m], args.rtol)
                 records.append({**rec, "round": r})
-                print(f"round {r}: {METHODS[m]:<16} {rec['wall_s']:8.2f} s wall {rec['cpu_s']:8.2f} s cpu "
-                      f"peak {rec['peak_mib']:8.0f} MiB", flush=True)
+                print(
+                    f"round {r}: {METHODS[m]:<16} {rec['wall_s']:8.2f} s wall {rec['cpu_s']:8.2f} s cpu "
+                    f"peak {rec['peak_mib']:8.0f} MiB",
+                    flush=True,
+                )
 
     memory = []
     for m in ("a", "b") if not args.skip_reference else ("a",):
         for n in args.memory_sizes:
             rec = spawn(m, args, n=n, config=args.memory_config)
             memory.append({**rec, "config": args.memory_config or args.config})
-            print(f"memory: {METHODS[m]:<10} n={n:<6} peak {rec['peak_mib']:8.0f} MiB "
-                  f"(growth over the loaded model {rec['growth_mib']:7.0f} MiB, {rec['wall_s']:.0f} s)", flush=True)
+            print(
+                f"memory: {METHODS[m]:<10} n={n:<6} peak {rec['peak_mib']:8.0f} MiB "
+                f"(growth over the loaded model {rec['growth_mib']:7.0f} MiB, {rec['wall_s']:.0f} s)",
+                flush=True,
+            )
     report(records, memory, methods, args)
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "runs": records, "memory": memory}, indent=1))

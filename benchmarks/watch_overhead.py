@@ -75,8 +75,13 @@ def run(kind: str, args, scratch: Path, lockstep: Lockstep, outcome: dict) -> No
         watch = None
         if kind == "watched":
             revisions = None if args.schedule == "demo" else args.schedule
-            watch = Watcher(scratch / "results", "organism-dense", demo_screen(chosen.corpus, args.n_examples),
-                            revisions=revisions, total_steps=args.steps)
+            watch = Watcher(
+                scratch / "results",
+                "organism-dense",
+                demo_screen(chosen.corpus, args.n_examples),
+                revisions=revisions,
+                total_steps=args.steps,
+            )
 
         def on_step(step: int, total: int, loss: float) -> None:
             lockstep.yield_turn(kind)
@@ -102,8 +107,10 @@ def main() -> None:
     scratch = Path(args.out or tempfile.mkdtemp(prefix="watch-overhead-"))
     shutil.rmtree(scratch, ignore_errors=True)
     lockstep, outcome = Lockstep(["plain", "watched"]), {}
-    threads = [threading.Thread(target=run, args=(kind, args, scratch / kind, lockstep, outcome))
-               for kind in ("plain", "watched")]
+    threads = [
+        threading.Thread(target=run, args=(kind, args, scratch / kind, lockstep, outcome))
+        for kind in ("plain", "watched")
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -113,9 +120,11 @@ def main() -> None:
     plain, watched = lockstep.elapsed["plain"], lockstep.elapsed["watched"]
     screen_s, screens, loss = outcome["watched"]
     assert loss == outcome["plain"][2], "watching changed training"
-    print(f"{args.steps} steps, {args.threads} thread(s), schedule {args.schedule}, {args.n_examples} probe "
-          f"sequences: plain {plain:.1f} s, watched {watched:.1f} s ({screens} screens, {screen_s:.1f} s inside them, "
-          f"{screen_s / max(screens, 1):.2f} s each)")
+    print(
+        f"{args.steps} steps, {args.threads} thread(s), schedule {args.schedule}, {args.n_examples} probe "
+        f"sequences: plain {plain:.1f} s, watched {watched:.1f} s ({screens} screens, {screen_s:.1f} s inside them, "
+        f"{screen_s / max(screens, 1):.2f} s each)"
+    )
     print(f"overhead: {watched / plain - 1:+.1%} of training wall time (screens alone: {screen_s / plain:.1%})")
     if args.out is None:
         shutil.rmtree(scratch, ignore_errors=True)

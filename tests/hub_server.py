@@ -54,8 +54,7 @@ def git_blob_sha1(data: bytes) -> str:
 
 def lfs_pointer(data: bytes) -> bytes:
     return (
-        f"version https://git-lfs.github.com/spec/v1\noid sha256:{hashlib.sha256(data).hexdigest()}\n"
-        f"size {len(data)}\n"
+        f"version https://git-lfs.github.com/spec/v1\noid sha256:{hashlib.sha256(data).hexdigest()}\nsize {len(data)}\n"
     ).encode()
 
 
@@ -78,11 +77,18 @@ def tiny_checkpoint(arch: str, seed: int) -> Callable[[], dict[str, bytes]]:
 
 
 class FakeRepo:
-    """A model repository: branch name -> files, each branch built on first use."""
+    """A model repository: branch name -> files, each branch built on first use. `same_commit` makes a
+    branch point at another's commit (as `main` and the last step branch can), so it serves its files."""
 
-    def __init__(self, repo_id: str, branches: dict[str, Callable[[], dict[str, bytes]]]):
+    def __init__(
+        self,
+        repo_id: str,
+        branches: dict[str, Callable[[], dict[str, bytes]]],
+        same_commit: dict[str, str] | None = None,
+    ):
         self.repo_id = repo_id
         self._builders = branches
+        self._same = same_commit or {}
         self._files: dict[str, dict[str, bytes]] = {}
         self._lock = threading.Lock()
 
@@ -91,7 +97,7 @@ class FakeRepo:
         return list(self._builders)
 
     def commit(self, branch: str) -> str:
-        return hashlib.sha1(f"{self.repo_id}@{branch}".encode()).hexdigest()
+        return hashlib.sha1(f"{self.repo_id}@{self._same.get(branch, branch)}".encode()).hexdigest()
 
     def resolve(self, revision: str) -> str | None:
         """The branch a revision (branch name or commit) names, or None."""
@@ -100,15 +106,14 @@ class FakeRepo:
         return next((b for b in self._builders if self.commit(b) == revision), None)
 
     def files(self, branch: str) -> dict[str, bytes]:
+        branch = self._same.get(branch, branch)
         with self._lock:
             if branch not in self._files:
                 self._files[branch] = self._builders[branch]()
             return self._files[branch]
 
 
-def fake_repo(
-    repo_id: str, arch: str, branches: list[str], same_as: dict[str, str] | None = None
-) -> FakeRepo:
+def fake_repo(repo_id: str, arch: str, branches: list[str], same_as: dict[str, str] | None = None) -> FakeRepo:
     """Tiny random checkpoints on every branch; `same_as` makes a branch serve another's files."""
     seeds = {b: i for i, b in enumerate(branches)}
     same_as = same_as or {}
@@ -184,9 +189,7 @@ class HubServer:
     def downloads(self, suffix: str = "") -> list[dict]:
         """Logged GET requests of repository files (resolve URLs) ending in `suffix`."""
         return [
-            r
-            for r in self.requests
-            if r["method"] == "GET" and "/resolve/" in r["path"] and r["path"].endswith(suffix)
+            r for r in self.requests if r["method"] == "GET" and "/resolve/" in r["path"] and r["path"].endswith(suffix)
         ]
 
     def start(self) -> "HubServer":
@@ -259,9 +262,7 @@ class _HubHandler(BaseHTTPRequestHandler):
         if repo is None:
             return self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
         if rest == ["refs"]:
-            branches = [
-                {"name": b, "ref": f"refs/heads/{b}", "targetCommit": repo.commit(b)} for b in repo.branches
-            ]
+            branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": repo.commit(b)} for b in repo.branches]
             return self._json({"branches": branches, "tags": [], "converts": [], "pullRequests": []})
         revision = rest[1] if len(rest) >= 2 else "main"
         branch = repo.resolve(revision)
@@ -327,9 +328,7 @@ class _HubHandler(BaseHTTPRequestHandler):
             return self._send(status, body[: fault.after_bytes], headers)
         if fault.kind == "corrupt":
             middle = len(body) // 2
-            return self._send(
-                status, body[:middle] + bytes([body[middle] ^ 0xFF]) + body[middle + 1 :], headers
-            )
+            return self._send(status, body[:middle] + bytes([body[middle] ^ 0xFF]) + body[middle + 1 :], headers)
         if fault.kind == "drop":
             self._send(status, body[: fault.after_bytes], headers, content_length=len(body))
             self.close_connection = True

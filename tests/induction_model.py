@@ -27,8 +27,20 @@ PREVIOUS_HEAD, INDUCTION_HEAD = (0, 0), (1, 0)  # (layer, head)
 
 
 def induction_model() -> GPT2LMHeadModel:
-    config = GPT2Config(vocab_size=VOCAB, n_embd=D, n_layer=2, n_head=HEADS, n_positions=SEQ_LEN, n_inner=4, bos_token_id=0,
-                        eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True)
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=D,
+        n_layer=2,
+        n_head=HEADS,
+        n_positions=SEQ_LEN,
+        n_inner=4,
+        bos_token_id=0,
+        eos_token_id=0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        tie_word_embeddings=True,
+    )
     model = GPT2LMHeadModel(config)
     with torch.no_grad():
         for param in model.parameters():

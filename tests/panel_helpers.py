@@ -47,9 +47,7 @@ def panel_file(folder: Path, models: dict[str, object], screen: str = SCREEN, na
     lines = [f'name = "{name}"', screen]
     for model, revisions in models.items():
         selection = (
-            f'"{revisions}"'
-            if isinstance(revisions, str)
-            else "[" + ", ".join(f'"{r}"' for r in revisions) + "]"
+            f'"{revisions}"' if isinstance(revisions, str) else "[" + ", ".join(f'"{r}"' for r in revisions) + "]"
         )
         lines += ["[[models]]", f'id = "{model}"', f"revisions = {selection}", ""]
     path = folder / f"{name}.toml"
@@ -78,7 +76,9 @@ def save_checkpoints(root: Path, overflow: str | None = None) -> Path:
 def local_panel(folder: Path, checkpoints: Path, revisions: list[str], name: str = "panel", extra: str = "") -> Path:
     """A panel over a local checkpoint series (model 'tiny/neox'); `extra` is appended (e.g. an [ablation])."""
     path = folder / f"{name}.toml"
-    path.write_text(f'name = "{name}"\n{SCREEN}\n[[models]]\nid = "tiny/neox"\nsource = "local"\n'
-                    f'path = "{checkpoints}"\ntokens_per_step = 1000\nrevisions = {revisions!r}\n'.replace("'", '"')
-                    + extra)
+    path.write_text(
+        f'name = "{name}"\n{SCREEN}\n[[models]]\nid = "tiny/neox"\nsource = "local"\n'
+        f'path = "{checkpoints}"\ntokens_per_step = 1000\nrevisions = {revisions!r}\n'.replace("'", '"')
+        + extra
+    )
     return path

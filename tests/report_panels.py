@@ -39,8 +39,9 @@ def tiny_results(out: Path) -> Path:
     probe = build_probe(config.probe, lambda: None)
     for model, (arch, revisions) in TINY_PANEL.items():
         for revision, seed, tokens in revisions:
-            result = screen(ModelAdapter(tiny_model(arch, seed)), probe, config, model_name=model,
-                            revision=revision, tokens=tokens)
+            result = screen(
+                ModelAdapter(tiny_model(arch, seed)), probe, config, model_name=model, revision=revision, tokens=tokens
+            )
             ResultsDir(out).write_shard(result.heads, result.run)
     model, revision = UNFINISHED
     shutil.copy(out / HEADS / shard_name(model, "seed2"), out / HEADS / shard_name(model, revision))
@@ -51,16 +52,43 @@ def tiny_results(out: Path) -> Path:
 def ablation_rows(model: str, revision: str, tokens: float, seeds: int = 6) -> pd.DataFrame:
     """One ablation as the ablation stage stores it (one row per condition; ablation.py's columns)."""
     rng = np.random.default_rng(0)
-    conditions = ([("clean", -1, ""), ("circuit", -1, "L1H0,L1H2")] + [("random", s, "L1H1,L1H3") for s in range(seeds)]
-                  + [("layers", -1, "L1H0,L1H1,L1H2,L1H3"), ("single", -1, "L1H0"), ("single", -1, "L1H2")])
+    conditions = (
+        [("clean", -1, ""), ("circuit", -1, "L1H0,L1H2")]
+        + [("random", s, "L1H1,L1H3") for s in range(seeds)]
+        + [("layers", -1, "L1H0,L1H1,L1H2,L1H3"), ("single", -1, "L1H0"), ("single", -1, "L1H2")]
+    )
     loss = {"clean": 9.0, "circuit": 9.4, "layers": 9.9, "single": 9.2}
-    rows = [{"condition": kind, "seed": seed, "heads": heads, "n_ablated": heads.count("L"), "shortfall": 0,
-             "top1": 0.0, "top5": 0.01, "loss": loss.get(kind, 9.1 + 0.05 * rng.standard_normal()),
-             "mean_logit_answer": 0.1} for kind, seed, heads in conditions]
+    rows = [
+        {
+            "condition": kind,
+            "seed": seed,
+            "heads": heads,
+            "n_ablated": heads.count("L"),
+            "shortfall": 0,
+            "top1": 0.0,
+            "top5": 0.01,
+            "loss": loss.get(kind, 9.1 + 0.05 * rng.standard_normal()),
+            "mean_logit_answer": 0.1,
+        }
+        for kind, seed, heads in conditions
+    ]
     table = pd.DataFrame(rows)
-    return table.assign(model=model, revision=revision, tokens=tokens, circuit="induction", circuit_heads="L1H0,L1H2",
-                        mode="zero", verdict="necessary", decided_by="loss", differential=0.3, differential_low=0.22,
-                        differential_high=0.38, probe="synthetic", n_examples=16, seq_len=64)
+    return table.assign(
+        model=model,
+        revision=revision,
+        tokens=tokens,
+        circuit="induction",
+        circuit_heads="L1H0,L1H2",
+        mode="zero",
+        verdict="necessary",
+        decided_by="loss",
+        differential=0.3,
+        differential_low=0.22,
+        differential_high=0.38,
+        probe="synthetic",
+        n_examples=16,
+        seq_len=64,
+    )
 
 
 def write_ablation_rows(out: Path, table: pd.DataFrame) -> None:

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from headtrace.models import ModelAdapter
-from headtrace.probes import (ProbeSpec, baseline_positions, clean_baseline, selectivity_ceilings,
-                              synthetic_induction)
+from headtrace.probes import ProbeSpec, baseline_positions, clean_baseline, selectivity_ceilings, synthetic_induction
 from headtrace.schema import ScreenConfig, ceiling_warnings, planned_ceilings
 from headtrace.screen import screen
 from induction_model import ID_LOW, INDUCTION_HEAD, SEQ_LEN, VOCAB, induction_model
@@ -27,7 +26,7 @@ def sharp_induction_model():
     width = attn.c_attn.weight.shape[1] // 3
     head_dim = width // model.config.n_head
     with torch.no_grad():
-        attn.c_attn.weight[:, head * head_dim:(head + 1) * head_dim] *= 40.0
+        attn.c_attn.weight[:, head * head_dim : (head + 1) * head_dim] *= 40.0
     return model
 
 
@@ -43,8 +42,7 @@ def single_match_examples(probe) -> np.ndarray:
 @pytest.mark.parametrize("baseline", ["reference", "clean"])
 def test_a_head_with_all_its_attention_on_the_target_scores_the_ceiling(baseline):
     config = ScreenConfig.of(n_examples=160, seq_len=SEQ_LEN, id_low=ID_LOW, id_high=VOCAB, baseline=baseline)
-    probe = synthetic_induction(ProbeSpec(n_examples=160, seq_len=SEQ_LEN, id_low=ID_LOW,
-                                                       id_high=VOCAB))
+    probe = synthetic_induction(ProbeSpec(n_examples=160, seq_len=SEQ_LEN, id_low=ID_LOW, id_high=VOCAB))
     probe = probe.subset(single_match_examples(probe))
     if baseline == "clean":
         probe = clean_baseline(probe)

@@ -8,8 +8,22 @@ from test_cli_screen import checkpoint, headtrace  # noqa: F401 (fixture)
 
 def test_ablate_prints_table_verdict_and_shortfall_and_writes_parquet(checkpoint, tmp_path):  # noqa: F811
     out = tmp_path / "results"
-    proc = headtrace("ablate", checkpoint, "--circuit", "L1H0,L1H1,L1H2", "-n", 16, "--seq-len", 64, "--seeds", 3,
-                     "--n-bootstrap", 100, "--out", out)
+    proc = headtrace(
+        "ablate",
+        checkpoint,
+        "--circuit",
+        "L1H0,L1H1,L1H2",
+        "-n",
+        16,
+        "--seq-len",
+        64,
+        "--seeds",
+        3,
+        "--n-bootstrap",
+        100,
+        "--out",
+        out,
+    )
     assert proc.returncode == 0, proc.stderr
     shown, said = " ".join(proc.stdout.split()), " ".join(proc.stderr.split())  # rich wraps at 80 columns
     for text in ("condition", "(mean)", "(95%)", "layers", "single", "differential (loss", "-> not shown"):
@@ -20,11 +34,14 @@ def test_ablate_prints_table_verdict_and_shortfall_and_writes_parquet(checkpoint
     assert set(table.shortfall[table.condition == "random"]) == {2}
 
 
-@pytest.mark.parametrize("circuit, message", [
-    ("L2H0", "head L2H0 does not exist in {ckpt}: valid heads are L0H0..L1H3 (2 layers x 4 heads)"),
-    ("L1H0;L1H2", "bad head 'L1H0;L1H2'"),
-    ("sink", "the sink circuit of {name} is empty"),
-])
+@pytest.mark.parametrize(
+    "circuit, message",
+    [
+        ("L2H0", "head L2H0 does not exist in {ckpt}: valid heads are L0H0..L1H3 (2 layers x 4 heads)"),
+        ("L1H0;L1H2", "bad head 'L1H0;L1H2'"),
+        ("sink", "the sink circuit of {name} is empty"),
+    ],
+)
 def test_bad_circuits_are_one_line_exit_2(checkpoint, circuit, message):  # noqa: F811
     proc = headtrace("ablate", checkpoint, "--circuit", circuit, "-n", 8, "--seq-len", 64, "--seeds", 2)
     assert proc.returncode == 2
@@ -43,12 +60,36 @@ def test_pr_top_circuit_and_metric_override(checkpoint, tmp_path):  # noqa: F811
     pr = np.full(8, 1.5)
     pr[[1, 6]] = [4.0, 9.0]  # L0H1 and L1H2 carry the most PR at both revisions
     for step in (1, 8):
-        heads = pd.DataFrame({"model": checkpoint.name, "revision": f"step{step}", "tokens": step * 1e6,
-                              "layer": np.repeat([0, 1], 4), "head": np.tile(range(4), 2), "pr": pr * step})
+        heads = pd.DataFrame(
+            {
+                "model": checkpoint.name,
+                "revision": f"step{step}",
+                "tokens": step * 1e6,
+                "layer": np.repeat([0, 1], 4),
+                "head": np.tile(range(4), 2),
+                "pr": pr * step,
+            }
+        )
         heads["head_id"] = [f"L{l}H{h}" for l, h in zip(heads["layer"], heads["head"])]
         ResultsDir(out).write_shard(heads, heads[["model", "revision", "tokens"]].iloc[:1])
-    proc = headtrace("ablate", checkpoint, "--circuit", "pr-top:2", "--metric", "top1", "-n", 16, "--seq-len", 64,
-                     "--seeds", 2, "--n-bootstrap", 50, "--out", out)
+    proc = headtrace(
+        "ablate",
+        checkpoint,
+        "--circuit",
+        "pr-top:2",
+        "--metric",
+        "top1",
+        "-n",
+        16,
+        "--seq-len",
+        64,
+        "--seeds",
+        2,
+        "--n-bootstrap",
+        50,
+        "--out",
+        out,
+    )
     assert proc.returncode == 0, proc.stderr
     shown = " ".join(proc.stdout.split())
     assert "top-1*" in shown and "* the deciding metric" in shown

@@ -27,8 +27,14 @@ SMALL = ("-n", "16", "--seq-len", "64")
 
 def headtrace(*args, cwd=None, timeout=300) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "headtrace", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "headtrace", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess, code: int = EXIT_USAGE) -> str:
@@ -77,7 +83,8 @@ def test_a_revision_of_a_local_checkpoint_is_refused_and_a_series_serves_its_sub
         assert f"--revision step999 does not apply to '{model}'" in line and "drop --revision" in line
     assert not out.exists()
     assert "revision 'step9' does not exist; closest: step3, step2, step1" in one_line_error(
-        headtrace("screen", series, "--revision", "step9", *SMALL))
+        headtrace("screen", series, "--revision", "step9", *SMALL)
+    )
 
     proc = headtrace("screen", series, "--revision", "step2", *SMALL, "--out", out)
     assert proc.returncode == 0, proc.stderr
@@ -102,7 +109,9 @@ def test_a_truncated_weights_file_is_one_line_and_in_a_panel_fails_its_revision_
     assert "1 of 3 revisions failed (tiny/neox@step2)" in line
     assert str(weights) in " ".join(proc.stderr.split())
     assert sorted(p.name for p in (tmp_path / "out" / "runs").iterdir()) == [
-        "tiny--neox@step1.parquet", "tiny--neox@step3.parquet"]
+        "tiny--neox@step1.parquet",
+        "tiny--neox@step3.parquet",
+    ]
 
 
 # Defect 3 -------------------------------------------------------------------------------------
@@ -128,8 +137,11 @@ def test_results_save_creates_its_folder_and_writes_the_format_its_extension_nam
         path = tmp_path / "new" / "folder" / name
         proc = headtrace("results", imported, "--save", path)
         assert proc.returncode == 0, proc.stderr
-        table = {"json": lambda p: pd.DataFrame(json.loads(p.read_text())), "csv": pd.read_csv,
-                 "parquet": pd.read_parquet}[name.split(".")[1]](path)
+        table = {
+            "json": lambda p: pd.DataFrame(json.loads(p.read_text())),
+            "csv": pd.read_csv,
+            "parquet": pd.read_parquet,
+        }[name.split(".")[1]](path)
         assert len(table) == 10 * 128 and {"model", "revision", "head_id", "sel_induction"} <= set(table.columns)
     line = one_line_error(headtrace("results", imported, "--save", tmp_path / "t.txt"))
     assert "cannot tell the format of" in line and ".parquet, .csv, .json" in line
@@ -139,11 +151,14 @@ def test_results_save_creates_its_folder_and_writes_the_format_its_extension_nam
 # Defect 5 -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args, message", [
-    (["screen", "--seq-len", "1024"], "probe length 1024 exceeds the model's context of 512 tokens"),
-    (["screen", "--id-high", "20000"], "the model's vocabulary has 10240 entries; pass --id-high 10240"),
-    (["ablate", "--circuit", "L7H0"], "head L7H0 does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["screen", "--seq-len", "1024"], "probe length 1024 exceeds the model's context of 512 tokens"),
+        (["screen", "--id-high", "20000"], "the model's vocabulary has 10240 entries; pass --id-high 10240"),
+        (["ablate", "--circuit", "L7H0"], "head L7H0 does not exist"),
+    ],
+)
 def test_probe_and_heads_are_checked_from_the_config_before_the_weights_load(broken, args, message):
     """The weights file is truncated: had the model been loaded first, that would be the error."""
     command, *options = args
@@ -157,8 +172,13 @@ def test_an_unwritable_out_fails_before_the_screen_with_the_right_advice(series,
     cli = f"{sys.executable} -m headtrace screen {series / 'step1'} {' '.join(SMALL)} -o {readonly}/results"
     script = f"mount -t tmpfs -o ro,size=1m tmpfs {readonly} && {cli}"
     unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--map-root-user", "--mount"]
-    proc = subprocess.run([*unshare, "bash", "-c", script], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [*unshare, "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     line = one_line_error(proc)
     assert "Read-only file system" in line and "pick another --out" in line and "free space" not in line
     assert "load step1" not in proc.stderr  # refused before the model loaded
@@ -166,8 +186,9 @@ def test_an_unwritable_out_fails_before_the_screen_with_the_right_advice(series,
 
 def test_demo_checks_its_screen_settings_before_training(tmp_path):
     start = time.perf_counter()
-    assert "n-examples must be >= 1" in one_line_error(headtrace("demo", "-n", "0", "--out", tmp_path / "d",
-                                                                  timeout=120))
+    assert "n-examples must be >= 1" in one_line_error(
+        headtrace("demo", "-n", "0", "--out", tmp_path / "d", timeout=120)
+    )
     assert not (tmp_path / "d").exists() and time.perf_counter() - start < 60
 
 
@@ -188,9 +209,13 @@ def test_ctrl_c_keeps_finished_revisions_and_prints_the_command_that_resumes(ser
     out = tmp_path / "out"
     # A shell that runs the suite in the background starts it with SIGINT ignored, and children
     # inherit that: give the run the default disposition a terminal's Ctrl-C meets.
-    process = subprocess.Popen([sys.executable, "-m", "headtrace", "run", str(panel), "--out", str(out)],
-                               stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "300"},
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "headtrace", "run", str(panel), "--out", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "300"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 240
     while not list((out / "runs").glob("*.parquet")) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -199,8 +224,10 @@ def test_ctrl_c_keeps_finished_revisions_and_prints_the_command_that_resumes(ser
     assert process.returncode == EXIT_INTERRUPTED, stderr
     assert "Traceback" not in stderr
     last = stderr.strip().splitlines()[-1]
-    assert last == (f"interrupted: finished revisions in {out}/ are kept and a re-run skips them; resume with: "
-                    f"headtrace run {panel} --out {out}")
+    assert last == (
+        f"interrupted: finished revisions in {out}/ are kept and a re-run skips them; resume with: "
+        f"headtrace run {panel} --out {out}"
+    )
     assert 1 <= len(list((out / "runs").glob("*.parquet"))) < 3
     assert not [p for p in out.rglob("*.tmp")]
 
@@ -243,12 +270,23 @@ finally:
 
 
 def test_analysis_commands_and_usage_errors_import_neither_torch_nor_transformers(imported, tmp_path):
-    commands = [["results", imported], ["findings", imported], ["report", imported, "--out", tmp_path / "report"],
-                ["import-reference", REFERENCE / "screen_step1.json", "--out", tmp_path / "imported"],
-                ["screen", "--no-such-option"], ["--version"], ["results", tmp_path / "nothing-here"]]
+    commands = [
+        ["results", imported],
+        ["findings", imported],
+        ["report", imported, "--out", tmp_path / "report"],
+        ["import-reference", REFERENCE / "screen_step1.json", "--out", tmp_path / "imported"],
+        ["screen", "--no-such-option"],
+        ["--version"],
+        ["results", tmp_path / "nothing-here"],
+    ]
     for args in commands:
-        proc = subprocess.run([sys.executable, "-c", WRAPPER, *map(str, args)], capture_output=True, text=True,
-                              timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        proc = subprocess.run(
+            [sys.executable, "-c", WRAPPER, *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
         assert proc.returncode in (0, EXIT_USAGE), proc.stderr
         assert "heavy modules: []" in proc.stderr, (args, proc.stderr)
 
@@ -264,11 +302,24 @@ def test_the_screen_summary_lists_the_strongest_heads_and_all_prints_every_one()
     from headtrace.probes import ProbeSpec, synthetic_induction
     from headtrace.screen import screen
 
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=10240, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
-                                         num_attention_heads=4, max_position_embeddings=128))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=10240,
+            hidden_size=64,
+            intermediate_size=64,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            max_position_embeddings=128,
+        )
+    )
     config = ScreenConfig.of(n_examples=8, seq_len=64, label_threshold=0.0)  # every head gets a label
-    result = screen(ModelAdapter(model.eval()), synthetic_induction(ProbeSpec(n_examples=8, seq_len=64)),
-                    config, model_name="m", revision="r")
+    result = screen(
+        ModelAdapter(model.eval()),
+        synthetic_induction(ProbeSpec(n_examples=8, seq_len=64)),
+        config,
+        model_name="m",
+        revision="r",
+    )
     result.run["ceiling_induction"] = 1234.0
     for all_heads, rows in ((False, STRONGEST), (True, 16)):
         with out_console.capture() as captured:
@@ -276,8 +327,13 @@ def test_the_screen_summary_lists_the_strongest_heads_and_all_prints_every_one()
         text = captured.get()
         assert sum(line.lstrip("│ ").startswith("L") and "H" in line[:8] for line in text.splitlines()) == rows
     assert "(--all: every one)" not in text and "all 16 labelled heads" in text
-    for said in ("induction circuit (>= 50x)", "sink heads (first-token >= 30x)", "top-1 at the query",
-                 "selectivity ceilings of this probe (reference baseline): induction 1234.0x", "duplicate "):
+    for said in (
+        "induction circuit (>= 50x)",
+        "sink heads (first-token >= 30x)",
+        "top-1 at the query",
+        "selectivity ceilings of this probe (reference baseline): induction 1234.0x",
+        "duplicate ",
+    ):
         assert said in text
 
 
@@ -292,17 +348,26 @@ def test_conventions_version_help_dtype_and_device_aliases_and_a_short_default_n
     assert proc.returncode == 0, proc.stderr
     assert "screen mine " in proc.stderr and str(series) not in proc.stderr  # a short label leaves room for the bar
     first, named = (pd.read_parquet(tmp_path / folder / "runs").iloc[0] for folder in ("a", "b"))
-    assert (first["model"], first["device"], first["dtype"]) == ("step1", "cpu", "float32")  # the folder's name, not its path
+    assert (first["model"], first["device"], first["dtype"]) == (
+        "step1",
+        "cpu",
+        "float32",
+    )  # the folder's name, not its path
     assert named.model == "mine" and json.loads(named.config_json)["dtype"] == "float32"
 
 
 def test_the_findings_table_wraps_its_statements_at_80_columns(imported):
-    proc = subprocess.run([sys.executable, "-m", "headtrace", "findings", str(imported)], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "headtrace", "findings", str(imported)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80
     table = pd.read_parquet(imported / "findings.parquet")
-    cells = [line.split("│")[4] for line in proc.stdout.splitlines() if line.count("│") == 5]
+    cells = [line.split("│")[-2] for line in proc.stdout.splitlines() if line.startswith("│")]  # the last column
     shown = " ".join(" ".join(cells).split())  # the statement column, its wrapped lines joined
     for statement in table.statement:
         assert " ".join(statement.split()) in shown

@@ -17,13 +17,16 @@ from panel_helpers import SCREEN, point_hub_env
 
 from headtrace.cli import main
 from headtrace.errors import HeadtraceError
-from headtrace.families import Gap, across_seeds, default_family, manifest_entry, tag, with_family_rows
-from headtrace.panel import load_panel, run_panel
+from headtrace.families import Gap, default_family, manifest_entry
+from headtrace.family_findings import across_seeds, with_family_rows
+from headtrace.findings import write_findings
+from headtrace.panel import load_panel, run_panel, train_pending
 from headtrace.probes import CLASS_KEYS
 from headtrace.report import build_report
 from headtrace.report.data import load
+from headtrace.schema import tag
 from headtrace.store import HEADS, RUNS, ResultsDir, read_results, slug
-from headtrace.trajectory import findings, write_findings
+from headtrace.trajectory import findings
 from test_report import FIGURE_STATE, browser, hover, open_page  # noqa: F401 (browser: the fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +47,8 @@ revisions = "log:4"
 expect = { F2 = "gradual" }
 """
 
-ORGANISM_FAMILY = """name = "orgs"
+ORGANISM_FAMILY = (
+    """name = "orgs"
 [screen]
 n_examples = 8
 seq_len = 63
@@ -60,8 +64,11 @@ path = "organisms/tiny-s{seed}"
 seeds = [0, 1, 2]
 train = true
 revisions = "all"
-organism = { n_layers = 2, n_heads = 2, d_model = 32, d_mlp = 64, vocab_size = 64, span_min = 4, span_max = 12, spans_per_sequence = 2, steps = 6, batch_size = 4, n_checkpoints = 4, checkpoint_every = 0, checkpoint_loss_drop = 0 }
 """
+    "organism = { n_layers = 2, n_heads = 2, d_model = 32, d_mlp = 64, vocab_size = 64, span_min = 4, span_max = 12, "
+    "spans_per_sequence = 2, steps = 6, batch_size = 4, n_checkpoints = 4, checkpoint_every = 0, "
+    "checkpoint_loss_drop = 0 }\n"
+)
 
 
 def write(folder: Path, text: str, name: str = "p.toml") -> Path:
@@ -76,7 +83,8 @@ def test_a_hub_entry_expands_into_one_model_per_seed(tmp_path):
         ("EleutherAI/pythia-160m", "EleutherAI/pythia-160m", 0),
         ("EleutherAI/pythia-160m-seed1", "EleutherAI/pythia-160m", 1),
         ("EleutherAI/pythia-160m-seed2", "EleutherAI/pythia-160m", 2),
-        ("EleutherAI/pythia-160m-seed3", "EleutherAI/pythia-160m", 3)]
+        ("EleutherAI/pythia-160m-seed3", "EleutherAI/pythia-160m", 3),
+    ]
     assert all(m.revisions == "log:4" and m.source == "hub" and m.organism is None for m in panel.models)
     assert panel.expectations == {m.id: {"F2": "gradual"} for m in panel.models}
     assert default_family("organism-dense-s{seed}") == "organism-dense"
@@ -86,11 +94,18 @@ def test_a_hub_entry_expands_into_one_model_per_seed(tmp_path):
 
 
 def test_an_organism_entry_expands_with_each_members_seed_and_settings(tmp_path):
-    panel = load_panel(write(tmp_path, ORGANISM_FAMILY.replace("seeds = [0, 1, 2]", 'seeds = [4, 7]\n'
-                                                                'family = "tiny"').replace(
-        "checkpoint_loss_drop = 0 }", 'checkpoint_loss_drop = 0, vary = "data" }')))
-    assert [(m.id, m.family, Path(m.path).name) for m in panel.models] == [("tiny-s4", "tiny", "tiny-s4"),
-                                                                         ("tiny-s7", "tiny", "tiny-s7")]
+    panel = load_panel(
+        write(
+            tmp_path,
+            ORGANISM_FAMILY.replace("seeds = [0, 1, 2]", 'seeds = [4, 7]\nfamily = "tiny"').replace(
+                "checkpoint_loss_drop = 0 }", 'checkpoint_loss_drop = 0, vary = "data" }'
+            ),
+        )
+    )
+    assert [(m.id, m.family, Path(m.path).name) for m in panel.models] == [
+        ("tiny-s4", "tiny", "tiny-s4"),
+        ("tiny-s7", "tiny", "tiny-s7"),
+    ]
     organisms = [m.organism for m in panel.models]
     assert [(o.corpus.seed, o.train.seed) for o in organisms] == [(4, 0), (7, 0)]  # vary = "data": init fixed
     assert organisms[0].train.checkpoint_every is None and organisms[0].train.steps == 6
@@ -98,7 +113,7 @@ def test_an_organism_entry_expands_with_each_members_seed_and_settings(tmp_path)
 
 
 BAD_ENTRIES = [
-    ('seeds = [1, 2]\n', "put {seed} in it"),
+    ("seeds = [1, 2]\n", "put {seed} in it"),
     ('id = "x/y-seed{seed}"\n', "holds {seed} but the entry has no seeds"),
     ('seeds = []\nid = "x/y-{seed}"\n', "seeds is empty"),
     ('seeds = [1, 1]\nid = "x/y-{seed}"\n', "seed 1 is listed twice"),
@@ -106,7 +121,7 @@ BAD_ENTRIES = [
     ('seeds = ["a"]\nid = "x/y-{seed}"\n', "'seeds' must be a list of integers"),
     ('seeds = [0, 1]\nid = "x/y-{seed}"\nseed0 = "x/y"\n', "seed 0 is both in seeds and named by seed0"),
     ('seed0 = "x/y"\n', "seed0 belongs to a seed family"),
-    ('train = true\n', 'set source = "organism"'),
+    ("train = true\n", 'set source = "organism"'),
     ('seeds = [1]\nid = "x/y-{seed}"\nsource = "local"\npath = "runs"\n', "put {seed} in path"),
     ('seeds = [1]\nid = "x/y-{seed}"\nsource = "local"\npath = "r{seed}"\nseed0 = "x/y"\n', "for local folders put 0"),
 ]
@@ -127,14 +142,17 @@ def _escaped(text: str) -> str:
     return re.escape(text)
 
 
-@pytest.mark.parametrize("old, new, message", [
-    ("steps = 6,", "steps = 0,", "organism settings: steps must be >= 1"),
-    ("steps = 6,", "stepz = 6,", "unknown organism setting 'stepz'; did you mean 'steps'?"),
-    ("steps = 6,", "steps = 6, seed = 3,", "organism.seed is set by the family"),
-    ("steps = 6,", 'steps = "6",', "organism.steps must be an integer (got '6')"),
-    ("steps = 6,", 'steps = 6, vary = "all",', "organism.vary = 'all' is not one of: both, data, weights"),
-    ("train = true\n", "", "organism settings say what to train: add train = true"),
-])
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("steps = 6,", "steps = 0,", "organism settings: steps must be >= 1"),
+        ("steps = 6,", "stepz = 6,", "unknown organism setting 'stepz'; did you mean 'steps'?"),
+        ("steps = 6,", "steps = 6, seed = 3,", "organism.seed is set by the family"),
+        ("steps = 6,", 'steps = "6",', "organism.steps must be an integer (got '6')"),
+        ("steps = 6,", 'steps = 6, vary = "all",', "organism.vary = 'all' is not one of: both, data, weights"),
+        ("train = true\n", "", "organism settings say what to train: add train = true"),
+    ],
+)
 def test_bad_organism_settings_name_the_line_before_any_training(tmp_path, old, new, message):
     text = ORGANISM_FAMILY.replace(old, new)
     line = next(i for i, s in enumerate(text.splitlines(), 1) if s.startswith("organism ="))
@@ -144,10 +162,17 @@ def test_bad_organism_settings_name_the_line_before_any_training(tmp_path, old, 
 
 
 def test_a_family_declared_twice_or_a_member_listed_twice_is_refused(tmp_path):
-    second = ORGANISM_FAMILY[ORGANISM_FAMILY.index("[[models]]"):]
+    second = ORGANISM_FAMILY[ORGANISM_FAMILY.index("[[models]]") :]
     with pytest.raises(HeadtraceError, match="family 'tiny' is declared twice"):
-        load_panel(write(tmp_path, ORGANISM_FAMILY + second.replace("tiny-s{seed}", "other-s{seed}")
-                         .replace('id = "other', 'family = "tiny"\nid = "other')))
+        load_panel(
+            write(
+                tmp_path,
+                ORGANISM_FAMILY
+                + second.replace("tiny-s{seed}", "other-s{seed}").replace(
+                    'id = "other', 'family = "tiny"\nid = "other'
+                ),
+            )
+        )
     with pytest.raises(HeadtraceError, match="model 'tiny-s1' is listed twice"):
         load_panel(write(tmp_path, ORGANISM_FAMILY + '[[models]]\nid = "tiny-s1"\nrevisions = "all"\n'))
 
@@ -156,8 +181,8 @@ def test_a_family_declared_twice_or_a_member_listed_twice_is_refused(tmp_path):
 # A planted family: hand-made shards with known trajectories, one member lacking a revision.
 
 FAMILY = "org/planted"
-TOKENS = [1e9 * 2 ** r for r in range(6)]
-NAMES = [f"step{2 ** r}" for r in range(6)]
+TOKENS = [1e9 * 2**r for r in range(6)]
+NAMES = [f"step{2**r}" for r in range(6)]
 N_LAYERS, N_HEADS = 4, 4
 # seed -> sink heads per revision (filled from the top layer down), circuit heads (80x from revision
 # `start` on), PR lead of the circuit heads in revisions, null selectivity of the other heads, gap.
@@ -183,15 +208,21 @@ def planted_shards(model: str, plant: dict) -> list[tuple[pd.DataFrame, pd.DataF
     for r, (name, tokens) in enumerate(zip(NAMES, TOKENS)):
         if name == plant.get("gap"):
             continue
-        heads = pd.DataFrame({"model": model, "revision": name, "tokens": tokens,
-                              "layer": np.repeat(np.arange(N_LAYERS), N_HEADS), "head": np.tile(np.arange(N_HEADS),
-                                                                                                N_LAYERS)})
+        heads = pd.DataFrame(
+            {
+                "model": model,
+                "revision": name,
+                "tokens": tokens,
+                "layer": np.repeat(np.arange(N_LAYERS), N_HEADS),
+                "head": np.tile(np.arange(N_HEADS), N_LAYERS),
+            }
+        )
         heads["head_id"] = [f"L{layer}H{head}" for layer, head in zip(heads.layer, heads["head"])]
         for key in CLASS_KEYS.values():
             heads[f"sel_{key}"] = 1.0
         first = np.ones(size)
         if plant["sinks"][r]:
-            first[-plant["sinks"][r]:] = 100.0
+            first[-plant["sinks"][r] :] = 100.0
         heads["sel_first"] = first
         induction = np.ones(size)
         if r >= plant["start"]:
@@ -205,10 +236,26 @@ def planted_shards(model: str, plant: dict) -> list[tuple[pd.DataFrame, pd.DataF
         null[circuit] = 1.0
         heads["sel_null"] = null
         heads["sink_score"] = first / 200
-        run = pd.DataFrame([{"model": model, "revision": name, "tokens": tokens, "architecture": "gpt_neox",
-                             "n_layers": N_LAYERS, "n_heads": N_HEADS, "probe": "synthetic", "n_examples": 16,
-                             "config_hash": "planted", "device": "cpu", "dtype": "float32", "wall_s": 0.1,
-                             "top1": min(1.0, 0.1 * r), "n_sink_heads": plant["sinks"][r]}])
+        run = pd.DataFrame(
+            [
+                {
+                    "model": model,
+                    "revision": name,
+                    "tokens": tokens,
+                    "architecture": "gpt_neox",
+                    "n_layers": N_LAYERS,
+                    "n_heads": N_HEADS,
+                    "probe": "synthetic",
+                    "n_examples": 16,
+                    "config_hash": "planted",
+                    "device": "cpu",
+                    "dtype": "float32",
+                    "wall_s": 0.1,
+                    "top1": min(1.0, 0.1 * r),
+                    "n_sink_heads": plant["sinks"][r],
+                }
+            ]
+        )
         shards.append((heads, run))
     return shards
 
@@ -261,8 +308,12 @@ def plain_spread(values: list[float]) -> dict:
     values = np.array([v for v in values if v is not None and np.isfinite(v)], dtype=float)
     if not len(values):
         return {"n": 0, "median": None, "low": None, "high": None}
-    return {"n": len(values), "median": float(np.median(values)), "low": float(values.min()),
-            "high": float(values.max())}
+    return {
+        "n": len(values),
+        "median": float(np.median(values)),
+        "low": float(values.min()),
+        "high": float(values.max()),
+    }
 
 
 def check_spread(found: dict, values: list[float]) -> None:
@@ -289,8 +340,9 @@ def test_every_finding_across_seeds_equals_a_plain_recomputation_from_the_per_se
         assert found["statuses"] == {str(s): st for s, st in zip(rows.seed, rows.status)}
         if code == "F1":
             check_spread(found["floor_sink_heads"], [n.get("floor_sink_heads") for n in numbers])
-            check_spread(found["low_layers_never"], [len(n["low_layers_never"]) for n in numbers
-                                                     if "low_layers_never" in n])
+            check_spread(
+                found["low_layers_never"], [len(n["low_layers_never"]) for n in numbers if "low_layers_never" in n]
+            )
         if code == "F2":
             verdicts = [n["verdict"] for n in numbers if "verdict" in n]
             assert found["shapes"] == {"sharp": verdicts.count("sharp"), "gradual": verdicts.count("gradual")}
@@ -311,13 +363,19 @@ def test_every_finding_across_seeds_equals_a_plain_recomputation_from_the_per_se
         if code == "F6":
             assert found["circuit_memberships"] == sum(n["circuit_memberships"] for n in numbers)
             assert found["below_null"] == {str(s): n["below_null"] for s, n in zip(rows.seed, numbers)}
-        assert found["missing"] == [{"family": FAMILY, "seed": 3, "model": f"{FAMILY}-s3", "revision": "step8",
-                                     "tokens": 8e9}]
+        assert found["missing"] == [
+            {"family": FAMILY, "seed": 3, "model": f"{FAMILY}-s3", "revision": "step8", "tokens": 8e9}
+        ]
         assert "seed 3 lacks step8" in table.loc[table.model.isna() & (table.finding == code), "statement"].iloc[0]
     # What the plant puts there: F2 sharp in 3 of 4 (seed 1 ramps), F3 holds in 2 of 3 measurable (seed 2's
     # sinks come first, seed 3 never has 3 induction heads), F5 holds in 3/4 (seed 2's PR lags its crossing).
     assert [summary(table, c)[0] for c in ("F1", "F2", "F3", "F5", "F6")] == [
-        "holds in 3/4", "sharp in 3/4", "holds in 2/3", "holds in 3/4", "holds in 3/4"]
+        "holds in 3/4",
+        "sharp in 3/4",
+        "holds in 2/3",
+        "holds in 3/4",
+        "holds in 3/4",
+    ]
 
 
 def test_which_heads_and_when_across_seeds_equal_a_plain_count_from_the_heads(planted):
@@ -336,8 +394,9 @@ def test_which_heads_and_when_across_seeds_equal_a_plain_count_from_the_heads(pl
         sizes[seed] = len(members)
         layers.update(members.layer.tolist())
         seeds_per_layer.update(set(members.layer.tolist()))
-        assert circuit["heads"][str(seed)] == sorted(members.head_id.tolist(), key=lambda h: (
-            -members.set_index("head_id").sel_induction[h], head_index(h)))
+        assert circuit["heads"][str(seed)] == sorted(
+            members.head_id.tolist(), key=lambda h: (-members.set_index("head_id").sel_induction[h], head_index(h))
+        )
         fraction = mine.groupby("tokens").sel_first.apply(lambda s: (s >= 30).mean())
         for level in sink_first:
             reached = fraction.index[fraction.to_numpy() >= level - 1e-9]
@@ -352,15 +411,16 @@ def test_which_heads_and_when_across_seeds_equal_a_plain_count_from_the_heads(pl
 
 def test_the_band_at_a_revision_leaves_out_the_member_that_lacks_it(planted):
     data = load(planted)
-    (name, panels, family), = [s for s in data.series() if s[2]]
+    ((name, panels, family),) = [s for s in data.series() if s[2]]
     assert name == FAMILY and [p.name for p in panels] == [f"{FAMILY}-s{s}" for s in PLANTED]
     band = across_seeds(panels, "screen_sink_fraction").set_index("revision")
     at8 = [PLANTED[s]["sinks"][3] / 16 for s in (0, 1, 2)]  # seed 3 has no step8
     assert band.loc["step8", "n"] == 3 and band.loc["step8", "median"] == pytest.approx(np.median(at8))
     assert (band.loc["step8", "low"], band.loc["step8", "high"]) == pytest.approx((min(at8), max(at8)))
     assert band.loc["step16", "n"] == 4
-    assert any("has no revision step8" in gap for gap in __import__("headtrace.report.data", fromlist=["x"])
-               .panel_gaps(data))
+    assert any(
+        "has no revision step8" in gap for gap in __import__("headtrace.report.data", fromlist=["x"]).panel_gaps(data)
+    )
 
 
 def test_results_without_a_family_keep_their_findings_table(planted, tmp_path):
@@ -374,7 +434,7 @@ def test_results_without_a_family_keep_their_findings_table(planted, tmp_path):
     assert "## Seed families" in (planted / "findings.md").read_text()
 
 
-def test_the_report_draws_each_family_with_its_band_in_chromium(planted, browser):
+def test_the_report_draws_each_family_with_its_band_in_chromium(planted, browser):  # noqa: F811 (the fixture)
     """Sink fraction: each family's median, its band over seeds and the faint seeds; milestones across
     seeds; which heads across seeds; the findings across seeds; every member's and the single model's
     own figures as before."""
@@ -382,8 +442,10 @@ def test_the_report_draws_each_family_with_its_band_in_chromium(planted, browser
     page, log = open_page(browser, index)
     figures = {f["id"].removeprefix("fig-"): f for f in page.evaluate(FIGURE_STATE)}
     expected = {"sink-fraction", "milestones", f"circuits-{slug(FAMILY)}"} | {
-        f"{kind}-{slug(model)}" for model in [f"{FAMILY}-s{s}" for s in PLANTED] + [SINGLE]
-        for kind in ("sink-layers", "labels", "induction", "spectral", "recall")}
+        f"{kind}-{slug(model)}"
+        for model in [f"{FAMILY}-s{s}" for s in PLANTED] + [SINGLE]
+        for kind in ("sink-layers", "labels", "induction", "spectral", "recall")
+    }
     assert {k for k, f in figures.items() if f["drawn"]} == expected
     assert all(f["shapes"] > 30 and f["width"] > 100 for f in figures.values() if f["drawn"])
     assert log["errors"] == [] and [u for u in log["requests"] if not u.startswith("data:")] == [index.as_uri()]
@@ -411,33 +473,46 @@ def test_the_report_draws_each_family_with_its_band_in_chromium(planted, browser
 
 
 def test_a_family_of_organisms_is_trained_and_screened_end_to_end(tmp_path):
-    from headtrace.families import train_pending
-
     panel = load_panel(write(tmp_path, ORGANISM_FAMILY))
     run = run_panel(panel, tmp_path / "results")
     assert not run.failed and not run.missing and len(run.computed) == 3 * 4
     for seed in (0, 1, 2):
         meta = json.loads((tmp_path / "organisms" / f"tiny-s{seed}" / "organism.json").read_text())
         assert meta["complete"] and meta["organism"]["seed"] == seed and meta["organism"]["corpus"]["seed"] == seed
-    weights = {(tmp_path / "organisms" / f"tiny-s{s}" / "step000006" / "model.safetensors").read_bytes()
-               for s in (0, 1, 2)}
+    weights = {
+        (tmp_path / "organisms" / f"tiny-s{s}" / "step000006" / "model.safetensors").read_bytes() for s in (0, 1, 2)
+    }
     assert len(weights) == 3  # three seeds, three different models
     heads, runs = read_results(tmp_path / "results")
     assert set(zip(runs.model, runs.family, runs.seed)) == {(f"tiny-s{s}", "tiny", s) for s in (0, 1, 2)}
     assert set(zip(heads.model, heads.family, heads.seed)) == set(zip(runs.model, runs.family, runs.seed))
-    single = load_panel(write(tmp_path, 'name = "one"\n' + ORGANISM_FAMILY[ORGANISM_FAMILY.index("[screen]"):
-                                                                           ORGANISM_FAMILY.index("[[models]]")]
-                              + '[[models]]\nid = "x"\nsource = "organism"\npath = "organisms/tiny-s0"\nrevisions = "all"\n',
-                              "one.toml"))
+    single = load_panel(
+        write(
+            tmp_path,
+            'name = "one"\n'
+            + ORGANISM_FAMILY[ORGANISM_FAMILY.index("[screen]") : ORGANISM_FAMILY.index("[[models]]")]
+            + '[[models]]\nid = "x"\nsource = "organism"\npath = "organisms/tiny-s0"\nrevisions = "all"\n',
+            "one.toml",
+        )
+    )
     assert set(runs.config_hash) == {single.screen.config_hash}  # families leave the config hash alone
     table = write_findings(tmp_path / "results")
     assert len(table) == 3 * 6 + 8 and table.model.isna().sum() == 8
-    assert set(table.loc[table.model.isna(), "finding"]) == {"F1", "F2", "F3", "F4", "F5", "F6", "circuit",
-                                                             "milestones"}
+    assert set(table.loc[table.model.isna(), "finding"]) == {
+        "F1",
+        "F2",
+        "F3",
+        "F4",
+        "F5",
+        "F6",
+        "circuit",
+        "milestones",
+    }
     circuit = json.loads(table.loc[table.finding == "circuit", "numbers"].iloc[0])
     last = heads.loc[heads.revision == "step000006"]
     assert {s: sorted(h) for s, h in circuit["heads"].items()} == {
-        str(s): sorted(last.loc[(last.seed == s) & (last.sel_induction >= 50), "head_id"]) for s in (0, 1, 2)}
+        str(s): sorted(last.loc[(last.seed == s) & (last.sel_induction >= 50), "head_id"]) for s in (0, 1, 2)
+    }
     # Resumed: nothing trained again, nothing screened again.
     trained = []
     assert train_pending(panel, lambda organism, folder, model: trained.append(model)) == [] and trained == []
@@ -460,14 +535,20 @@ BRANCHES = ["main", "step4", "step8", "step16"]
 def test_a_member_lacking_a_revision_is_reported_and_left_out(tmp_path, monkeypatch, capsys):
     """PolyPythias has gaps: seed 2 here has no step8. The panel says so before it starts, writes no
     shard for it, records it in the manifest, and the findings across seeds state it."""
-    repos = [fake_repo(POLY, "gpt_neox", BRANCHES), fake_repo(f"{POLY}-seed1", "gpt_neox", BRANCHES),
-             fake_repo(f"{POLY}-seed2", "gpt_neox", [b for b in BRANCHES if b != "step8"])]
+    repos = [
+        fake_repo(POLY, "gpt_neox", BRANCHES),
+        fake_repo(f"{POLY}-seed1", "gpt_neox", BRANCHES),
+        fake_repo(f"{POLY}-seed2", "gpt_neox", [b for b in BRANCHES if b != "step8"]),
+    ]
     entry = f'[[models]]\nid = "{POLY}-seed{{seed}}"\nseeds = [1, 2]\nseed0 = "{POLY}"\n'
     with HubServer(repos) as hub:
         point_hub_env(monkeypatch, hub.url, tmp_path / "hf")
         typo = write(tmp_path, f'name = "poly"\n{SCREEN}{entry}revisions = ["step4", "step9"]\n', "typo.toml")
-        with pytest.raises(HeadtraceError, match=r"typo.toml:\d+: EleutherAI/pythia-14m: revision 'step9' does not "
-                                                 "exist; closest: step8, step4, step16"):
+        with pytest.raises(
+            HeadtraceError,
+            match=r"typo.toml:\d+: EleutherAI/pythia-14m: revision 'step9' does not "
+            "exist; closest: step8, step4, step16",
+        ):
             run_panel(load_panel(typo), tmp_path / "typo")
         assert hub.downloads() == []
         path = write(tmp_path, f'name = "poly"\n{SCREEN}{entry}revisions = ["step4", "step8"]\n')
@@ -476,15 +557,23 @@ def test_a_member_lacking_a_revision_is_reported_and_left_out(tmp_path, monkeypa
             main()
         assert done.value.code == 0
         said = " ".join(capsys.readouterr().err.split())
-        assert (f"missing: {POLY}-seed2 (seed 2 of {POLY}) has no revision step8: left out of that revision's "
-                "statistics, not filled") in said
+        assert (
+            f"missing: {POLY}-seed2 (seed 2 of {POLY}) has no revision step8: left out of that revision's "
+            "statistics, not filled"
+        ) in said
         assert not [r for r in hub.downloads() if f"{POLY}-seed2/resolve/step8" in r["path"]]
     heads, runs = read_results(tmp_path / "out")
-    assert sorted(zip(runs.seed, runs.revision)) == [(0, "step4"), (0, "step8"), (1, "step4"), (1, "step8"),
-                                                     (2, "step4")]
+    assert sorted(zip(runs.seed, runs.revision)) == [
+        (0, "step4"),
+        (0, "step8"),
+        (1, "step4"),
+        (1, "step8"),
+        (2, "step4"),
+    ]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert manifest["missing"] == [{"family": POLY, "seed": 2, "model": f"{POLY}-seed2", "revision": "step8",
-                                    "tokens": 8 * 2097152}]
+    assert manifest["missing"] == [
+        {"family": POLY, "seed": 2, "model": f"{POLY}-seed2", "revision": "step8", "tokens": 8 * 2097152}
+    ]
     assert manifest["families"] == {POLY: {"0": POLY, "1": f"{POLY}-seed1", "2": f"{POLY}-seed2"}}
     table = write_findings(tmp_path / "out")
     across = table.loc[table.model.isna()]
@@ -495,7 +584,8 @@ def test_the_shipped_polypythia_panel_is_ten_seeds_with_the_study_settings():
     panel = load_panel(ROOT / "panels" / "polypythia-160m.toml")
     study = load_panel(ROOT / "panels" / "xu2026.toml")
     assert [(m.id, m.seed) for m in panel.models] == [("EleutherAI/pythia-160m", 0)] + [
-        (f"EleutherAI/pythia-160m-seed{s}", s) for s in range(1, 10)]
+        (f"EleutherAI/pythia-160m-seed{s}", s) for s in range(1, 10)
+    ]
     assert {m.family for m in panel.models} == {"EleutherAI/pythia-160m"}
     assert all(m.revisions == study.models[0].revisions for m in panel.models)
     assert panel.screen.config_hash == study.screen.config_hash
@@ -511,10 +601,13 @@ def test_the_findings_command_prints_each_family_across_seeds(planted, monkeypat
     assert f"{FAMILY} (across seeds)" in printed and "sharp in 3/4" in printed and f"{FAMILY}-s3" in printed
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--seeds", "2", "--compare"], "--seeds and --compare do not combine"),
-    (["--seeds", "2", "--steps", "0"], "steps must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seeds", "2", "--compare"], "--seeds and --compare do not combine"),
+        (["--seeds", "2", "--steps", "0"], "steps must be >= 1"),
+    ],
+)
 def test_demo_seeds_bad_input_is_one_line_before_any_training(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.setattr(sys, "argv", ["headtrace", "demo", "--out", str(tmp_path / "demo"), *args])
     with pytest.raises(SystemExit) as done:

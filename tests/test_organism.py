@@ -25,9 +25,13 @@ TINY_CORPUS = CorpusConfig(vocab_size=64, seq_len=64, span_min=4, span_max=12, s
 
 
 def tiny(arch: str = "dense", steps: int = 6, seed: int = 0) -> Organism:
-    return Organism(recipe=recipe(arch, n_layers=2, n_heads=2, d_model=32, d_mlp=64),
-                    corpus=TINY_CORPUS, train=TrainConfig(steps=steps, batch_size=4, n_checkpoints=4, checkpoint_every=None,
-                                                          checkpoint_loss_drop=None, seed=seed))
+    return Organism(
+        recipe=recipe(arch, n_layers=2, n_heads=2, d_model=32, d_mlp=64),
+        corpus=TINY_CORPUS,
+        train=TrainConfig(
+            steps=steps, batch_size=4, n_checkpoints=4, checkpoint_every=None, checkpoint_loss_drop=None, seed=seed
+        ),
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -44,7 +48,7 @@ def test_every_sequence_starts_with_bos_and_specials_appear_nowhere_else():
 def test_token_frequencies_follow_zipf():
     config = CorpusConfig(seed=1)
     ids = np.concatenate([batch(config, step, 64)[:, 1:].ravel() for step in range(8)])
-    counts = np.bincount(ids, minlength=config.vocab_size)[config.n_specials:]
+    counts = np.bincount(ids, minlength=config.vocab_size)[config.n_specials :]
     ranks = np.arange(1, len(counts) + 1)
     top = counts > 50  # enough counts for a stable slope
     slope = np.polyfit(np.log(ranks[top]), np.log(counts[top]), 1)[0]
@@ -70,7 +74,7 @@ def test_spans_are_copied_at_varying_offsets():
     for seq in ids:
         seen = {}
         for p in range(1, config.seq_len - 4):
-            key = tuple(seq[p:p + 4])
+            key = tuple(seq[p : p + 4])
             if key in seen and p - seen[key] >= 4:
                 gaps.add(p - seen[key])
             seen.setdefault(key, p)
@@ -117,7 +121,7 @@ def test_training_writes_loadable_checkpoints_and_listings(trained):
 
 def test_same_seed_gives_bit_identical_checkpoints_and_another_seed_does_not(trained, tmp_path):
     again = train(tmp_path / "again", tiny())
-    other = train(tmp_path / "other", tiny(seed=1))
+    train(tmp_path / "other", tiny(seed=1))
     for entry in again.checkpoints:
         assert weights(tmp_path / "again" / entry["revision"]) == weights(trained / entry["revision"])
     assert weights(tmp_path / "other" / "step000006") != weights(trained / "step000006")
@@ -160,8 +164,12 @@ def test_a_panel_screens_the_organism_end_to_end(trained, tmp_path):
 def test_checkpoints_gather_where_the_smoothed_loss_falls(tmp_path):
     """Saves on schedule (log-spaced, every K) plus wherever the loss's moving average fell by the
     configured drop since the last save, recomputed here from the recorded losses."""
-    organism = dataclasses.replace(tiny(steps=40), train=TrainConfig(
-        steps=40, batch_size=4, n_checkpoints=3, checkpoint_every=15, checkpoint_loss_drop=0.02, lr=1e-2))
+    organism = dataclasses.replace(
+        tiny(steps=40),
+        train=TrainConfig(
+            steps=40, batch_size=4, n_checkpoints=3, checkpoint_every=15, checkpoint_loss_drop=0.02, lr=1e-2
+        ),
+    )
     result = train(tmp_path / "org", organism)
     scheduled = set(checkpoint_steps(40, 3)) | {15, 30}
     expected, smoothed, at_save = [], None, None
@@ -200,8 +208,9 @@ def test_ctrl_c_keeps_exactly_the_finished_checkpoints(tmp_path):
 
 
 def headtrace(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "headtrace", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "headtrace", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def test_train_organism_cli(tmp_path):
@@ -212,10 +221,13 @@ def test_train_organism_cli(tmp_path):
     assert "2 checkpoints" in proc.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--steps", "0"], "steps must be >= 1"),
-    (["--arch", "transformer-xl"], "unknown arch 'transformer-xl'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--steps", "0"], "steps must be >= 1"),
+        (["--arch", "transformer-xl"], "unknown arch 'transformer-xl'"),
+    ],
+)
 def test_train_organism_bad_input_is_one_line_exit_2(args, message, tmp_path):
     proc = headtrace("train-organism", *args, "--out", tmp_path / "org")
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
@@ -235,8 +247,12 @@ def test_the_demo_forms_an_induction_circuit_that_ablation_confirms(seed, thread
     checkpoint, ablate the final circuit, compute the findings and write the report. The properties
     are those that held on every run of benchmarks/organism_sweep.py (docs/organism.md)."""
     options = [] if seed == 0 else ["--seed", seed, "--threads", threads]
-    proc = subprocess.run([sys.executable, "-m", "headtrace", "demo", "--out", str(tmp_path), *map(str, options)],
-                          capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(
+        [sys.executable, "-m", "headtrace", "demo", "--out", str(tmp_path), *map(str, options)],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = tmp_path / "results"
     assert "Open the report" in proc.stderr and (results / "report" / "index.html").is_file()

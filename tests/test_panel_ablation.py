@@ -31,8 +31,11 @@ def cache(hub, tmp_path, monkeypatch):
 
 
 def ablation_panel(tmp_path, revisions: str):
-    return load_panel(panel_file(tmp_path, {PYTHIA: ["step1", "step2", "step4"]},
-                                 screen=SCREEN + ABLATION.format(revisions=revisions)))
+    return load_panel(
+        panel_file(
+            tmp_path, {PYTHIA: ["step1", "step2", "step4"]}, screen=SCREEN + ABLATION.format(revisions=revisions)
+        )
+    )
 
 
 def test_panel_ablates_the_final_revision_then_resumes_and_widens(cache, tmp_path):
@@ -47,9 +50,16 @@ def test_panel_ablates_the_final_revision_then_resumes_and_widens(cache, tmp_pat
 
     # The stored rows are the ablation of exactly that checkpoint (the fake hub serves tiny_model seeds).
     adapter = ModelAdapter(tiny_model("gpt_neox", seed_of(PYTHIA, "step4")))
-    direct = ablate(adapter, build_probe(panel.screen.probe, lambda: None), ((1, 0), (1, 2)),
-                    AblationConfig(circuit="L1H0,L1H2", draws=3), panel.screen, PYTHIA, "step4",
-                    tokens=4 * 2_097_152).table
+    direct = ablate(
+        adapter,
+        build_probe(panel.screen.probe, lambda: None),
+        ((1, 0), (1, 2)),
+        AblationConfig(circuit="L1H0,L1H2", draws=3),
+        panel.screen,
+        PYTHIA,
+        "step4",
+        tokens=4 * 2_097_152,
+    ).table
     pd.testing.assert_frame_equal(table, direct, check_exact=True)
 
     # Re-run: nothing to do.
@@ -73,9 +83,12 @@ def test_unknown_ablation_revision_fails_before_any_work(cache, tmp_path):
 
 
 def test_an_empty_circuit_leaves_the_screen_and_says_why(cache, tmp_path):
-    path = panel_file(tmp_path, {PYTHIA: ["step8"]},
-                      screen=SCREEN.replace("[screen]\n", "[screen]\ninduction_threshold = 1e30\n")
-                      + '[ablation]\ncircuit = "induction"\ndraws = 2\n')
+    path = panel_file(
+        tmp_path,
+        {PYTHIA: ["step8"]},
+        screen=SCREEN.replace("[screen]\n", "[screen]\ninduction_threshold = 1e30\n")
+        + '[ablation]\ncircuit = "induction"\ndraws = 2\n',
+    )
     run = run_panel(load_panel(path), tmp_path / "out")
     assert not run.failed and run.computed and not run.stages["ablation"].done
     assert "empty" in run.stages["ablation"].failed[f"{PYTHIA}@step8"]

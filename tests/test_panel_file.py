@@ -18,8 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The study's panel (docs/reproduce-xu2026.md).
 STUDY = {
-    "EleutherAI/pythia-1b": "step1 step4 step16 step64 step256 step512 step3000 step10000 step38000 "
-    "step143000",
+    "EleutherAI/pythia-1b": "step1 step4 step16 step64 step256 step512 step3000 step10000 step38000 step143000",
     "allenai/OLMo-1B-0724-hf": "step1000-tokens2B step2000-tokens4B step5000-tokens10B step11000-tokens23B "
     "step25000-tokens52B step56000-tokens117B step126000-tokens264B step285000-tokens597B "
     "step644000-tokens1350B step1454000-tokens3048B",

@@ -87,9 +87,7 @@ def test_rerun_skips_finished_shards_and_a_changed_config_recomputes(cache, tmp_
     assert len(again.skipped) == 2 and not again.computed and not again.recomputed
     assert [p.stat().st_mtime_ns for p in shards] == stamps
 
-    changed = panel_file(
-        tmp_path, {PYTHIA: ["step8", "step16"]}, screen="[screen]\nn_examples = 12\nseq_len = 64\n"
-    )
+    changed = panel_file(tmp_path, {PYTHIA: ["step8", "step16"]}, screen="[screen]\nn_examples = 12\nseq_len = 64\n")
     redone = run_panel(load_panel(changed), tmp_path / "out")
     assert len(redone.recomputed) == 2 and not redone.skipped
     assert set(read_results(tmp_path / "out")[1].n_examples) == {12}
@@ -103,9 +101,7 @@ def test_only_files_this_run_downloaded_are_removed(hub, cache, tmp_path):
     assert Path(users).is_file()  # the user's cached step32 stays
     assert cached_weights(cache) == [Path(os.path.realpath(users)).name]
 
-    run_panel(
-        load_panel(panel_file(tmp_path, {PYTHIA: ["step128"]})), tmp_path / "kept", keep_checkpoints=True
-    )
+    run_panel(load_panel(panel_file(tmp_path, {PYTHIA: ["step128"]})), tmp_path / "kept", keep_checkpoints=True)
     assert len(cached_weights(cache)) == 2
 
 
@@ -134,9 +130,7 @@ def test_a_live_lock_refuses_and_a_dead_runs_lock_is_taken_over(cache, tmp_path)
     out.mkdir()
     panel = load_panel(panel_file(tmp_path, {PYTHIA: ["step1"]}))
     with OutputLock(ResultsDir(out)):
-        with pytest.raises(
-            HeadtraceError, match=rf"in use by another `headtrace run` \(pid {os.getpid()} on"
-        ):
+        with pytest.raises(HeadtraceError, match=rf"in use by another `headtrace run` \(pid {os.getpid()} on"):
             run_panel(panel, out)
     (out / LOCK).write_text(json.dumps({"pid": 999999, "host": "elsewhere", "started": "then"}))
     assert run_panel(panel, out).stale_lock["pid"] == 999999
@@ -152,9 +146,7 @@ def test_results_command_and_the_layout_read_by_pyarrow_and_duckdb(cache, tmp_pa
     out = tmp_path / "out"
     run_panel(load_panel(panel_file(tmp_path, {PYTHIA: ["step1", "step2"]})), out)
     table = load_results(out)
-    result = CliRunner().invoke(
-        app, ["results", str(out), "--save", str(tmp_path / "all.csv")], env={"COLUMNS": "200"}
-    )
+    result = CliRunner().invoke(app, ["results", str(out), "--save", str(tmp_path / "all.csv")], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "step2" in result.output and "identical weight files" in result.output
     assert len(pd.read_csv(tmp_path / "all.csv")) == len(table) == 2 * 8
@@ -204,9 +196,7 @@ def test_killed_panel_resumes_without_recomputing_or_partial_shards(hub, cache, 
     resumed = run_panel(load_panel(path), out)
     assert resumed.stale_lock["pid"] == process.pid
     assert sorted(resumed.skipped) == sorted(finished)
-    assert {
-        p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.parquet") if p.name in finished
-    } == finished
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.parquet") if p.name in finished} == finished
 
     run_panel(load_panel(path), tmp_path / "uninterrupted")
     assert_same_tables(read_results(out), read_results(tmp_path / "uninterrupted"))
@@ -223,13 +213,8 @@ def test_a_corrupt_checkpoint_fails_its_revision_only_and_never_makes_a_shard(hu
     finally:
         hub.faults.remove(corrupt)
     assert list(run.failed) == [f"{PYTHIA}@step4000"]
-    assert (
-        "after 2 attempts (model.safetensors does not match the hub's hash)"
-        in run.failed[f"{PYTHIA}@step4000"]
-    )
-    assert [p.name for p in (tmp_path / "out" / "runs").glob("*.parquet")] == [
-        "EleutherAI--pythia-1b@step5000.parquet"
-    ]
+    assert "after 2 attempts (model.safetensors does not match the hub's hash)" in run.failed[f"{PYTHIA}@step4000"]
+    assert [p.name for p in (tmp_path / "out" / "runs").glob("*.parquet")] == ["EleutherAI--pythia-1b@step5000.parquet"]
     assert json.loads((tmp_path / "out" / MANIFEST).read_text())["failed"][0]["task"] == f"{PYTHIA}@step4000"
 
 
@@ -241,8 +226,12 @@ def test_a_panel_that_stops_early_releases_the_download_it_prefetched(hub, cache
 
     panel = load_panel(panel_file(tmp_path, {PYTHIA: ["step1", "step4"]}))
     tasks = plan(panel)
-    running = run_local(tasks, TaskSettings(config=panel.screen, out=str(tmp_path / "out")), QuietReporter(),
-                        ExecutionOptions(prefetch=True))
+    running = run_local(
+        tasks,
+        TaskSettings(config=panel.screen, out=str(tmp_path / "out")),
+        QuietReporter(),
+        ExecutionOptions(prefetch=True),
+    )
     assert not next(running).error
     running.close()  # what the panel's loop does when it breaks
     deadline = time.monotonic() + 30

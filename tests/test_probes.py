@@ -1,4 +1,5 @@
-"""Probe builders: the synthetic batch reproduces the reference batch (docs/definitions.md) draw for draw; natural-text probes."""
+"""Probe builders: the synthetic batch reproduces the reference batch (docs/definitions.md) draw for draw;
+natural-text probes."""
 
 import numpy as np
 import pytest
@@ -78,13 +79,17 @@ def test_bad_sizes_fail_clearly():
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(1, 12), T=st.integers(44, 160), seed=st.integers(0, 2**31 - 1),
-       lo=st.integers(0, 50), width=st.integers(2, 400))
+@given(
+    n=st.integers(1, 12),
+    T=st.integers(44, 160),
+    seed=st.integers(0, 2**31 - 1),
+    lo=st.integers(0, 50),
+    width=st.integers(2, 400),
+)
 def test_valid_examples_have_the_induction_structure(n, T, seed, lo, width):
     """For any size, seed and id range: valid examples have A at ab, B at ab+1, A at the query and
     no other B before the query; invalid ones are excluded from induction and duplicate."""
-    probe = synthetic_induction(ProbeSpec(n_examples=n, seq_len=T, seed=seed,
-                                                       id_low=lo, id_high=lo + width))
+    probe = synthetic_induction(ProbeSpec(n_examples=n, seq_len=T, seed=seed, id_low=lo, id_high=lo + width))
     q = T - 1
     for i in range(n):
         seq = probe.input_ids[i]

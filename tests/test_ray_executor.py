@@ -34,9 +34,7 @@ def ray_cluster(tmp_path_factory):
 
 def test_ray_executor_writes_the_same_tables_as_the_local_executor(ray_cluster, tmp_path):
     panel = load_panel(panel_file(tmp_path, {PYTHIA: ["step4", "step8"]}))
-    on_ray = run_panel(
-        panel, tmp_path / "ray", executor="ray", ray=RayOptions(cpus_per_task=1, max_retries=1)
-    )
+    on_ray = run_panel(panel, tmp_path / "ray", executor="ray", ray=RayOptions(cpus_per_task=1, max_retries=1))
     assert not on_ray.failed and len(on_ray.computed) == 2
     run_panel(panel, tmp_path / "local", executor="local")
     assert_same_tables(read_results(tmp_path / "ray"), read_results(tmp_path / "local"))
@@ -54,8 +52,9 @@ def test_ray_executor_ablates_like_the_local_executor(ray_cluster, tmp_path):
     run_panel(panel, tmp_path / "local", executor="local")
     import pandas as pd
 
-    pd.testing.assert_frame_equal(ResultsDir(tmp_path / "ray").read_ablations(), ResultsDir(tmp_path / "local").read_ablations(),
-                                  check_exact=True)
+    pd.testing.assert_frame_equal(
+        ResultsDir(tmp_path / "ray").read_ablations(), ResultsDir(tmp_path / "local").read_ablations(), check_exact=True
+    )
 
 
 def test_a_seed_family_runs_on_ray_one_task_per_member_and_revision(ray_cluster, tmp_path):
@@ -65,13 +64,18 @@ def test_a_seed_family_runs_on_ray_one_task_per_member_and_revision(ray_cluster,
     for seed in (1, 2):
         ray_cluster.add(fake_repo(f"{PYTHIA}-seed{seed}", "gpt_neox", ["main", "step4", "step8"]))
     path = tmp_path / "family.toml"
-    path.write_text(f'name = "family"\n{SCREEN}[[models]]\nid = "{PYTHIA}-seed{{seed}}"\nseeds = [1, 2]\n'
-                    f'seed0 = "{PYTHIA}"\nrevisions = ["step4", "step8"]\n')
+    path.write_text(
+        f'name = "family"\n{SCREEN}[[models]]\nid = "{PYTHIA}-seed{{seed}}"\nseeds = [1, 2]\n'
+        f'seed0 = "{PYTHIA}"\nrevisions = ["step4", "step8"]\n'
+    )
     panel = load_panel(path)
     on_ray = run_panel(panel, tmp_path / "ray", executor="ray", ray=RayOptions(cpus_per_task=1, max_retries=1))
     assert not on_ray.failed and len(on_ray.planned) == len(on_ray.computed) == 3 * 2
     run_panel(panel, tmp_path / "local", executor="local")
     assert_same_tables(read_results(tmp_path / "ray"), read_results(tmp_path / "local"))
     _, runs = read_results(tmp_path / "ray")
-    assert set(zip(runs.model, runs.family, runs.seed)) == {(PYTHIA, PYTHIA, 0), (f"{PYTHIA}-seed1", PYTHIA, 1),
-                                                            (f"{PYTHIA}-seed2", PYTHIA, 2)}
+    assert set(zip(runs.model, runs.family, runs.seed)) == {
+        (PYTHIA, PYTHIA, 0),
+        (f"{PYTHIA}-seed1", PYTHIA, 1),
+        (f"{PYTHIA}-seed2", PYTHIA, 2),
+    }

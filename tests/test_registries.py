@@ -25,8 +25,11 @@ NORMS = "output_norms"
 def _reversed_synthetic(spec: ProbeSpec, tokenizer_loader) -> object:
     """The reference batch with its examples in reverse order (a probe a user might add)."""
     probe = synthetic_induction(spec)
-    flip = {f.name: getattr(probe, f.name)[::-1].copy() for f in dataclasses.fields(probe)
-            if isinstance(getattr(probe, f.name), np.ndarray)}
+    flip = {
+        f.name: getattr(probe, f.name)[::-1].copy()
+        for f in dataclasses.fields(probe)
+        if isinstance(getattr(probe, f.name), np.ndarray)
+    }
     return dataclasses.replace(probe, **flip, description={**probe.description, "kind": "reversed-synthetic"})
 
 
@@ -47,9 +50,16 @@ class OutputNorms(Stage):
         for layer, proj in enumerate(adapter.out_proj):
             weight = proj.weight.detach().float().numpy()  # [d_model, n_heads * head_dim]
             for head in range(adapter.layout.n_heads):
-                norm = np.linalg.norm(weight[:, head * width:(head + 1) * width]) * self.scale
-                rows.append({"model": checkpoint.model, "revision": checkpoint.revision.name,
-                             "layer": layer, "head": head, "norm": float(norm)})
+                norm = np.linalg.norm(weight[:, head * width : (head + 1) * width]) * self.scale
+                rows.append(
+                    {
+                        "model": checkpoint.model,
+                        "revision": checkpoint.revision.name,
+                        "layer": layer,
+                        "head": head,
+                        "norm": float(norm),
+                    }
+                )
         checkpoint.results.write_table(NORMS, pd.DataFrame(rows))
         return StageResult(summary=f"{len(rows)} heads")
 
@@ -77,7 +87,9 @@ def test_a_registered_stage_runs_from_a_panel_section_and_resumes(registered, tm
         for row in table.loc[table.revision == revision].itertuples():
             dense = weights[f"gpt_neox.layers.{row.layer}.attention.dense.weight"]
             width = dense.shape[1] // 4
-            expected = 2.0 * np.sqrt((dense[:, row.head * width:(row.head + 1) * width].astype(np.float64) ** 2).sum())
+            expected = 2.0 * np.sqrt(
+                (dense[:, row.head * width : (row.head + 1) * width].astype(np.float64) ** 2).sum()
+            )
             assert row.norm == pytest.approx(expected, rel=1e-6)
 
     again = run_panel(panel, tmp_path / "out")

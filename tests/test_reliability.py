@@ -25,6 +25,8 @@ from models_zoo import tiny_model
 from panel_helpers import REVISIONS, local_panel, save_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
 def test_non_finite_activations_fail_their_revision_and_the_others_go_on(tmp_path):
     checkpoints = save_checkpoints(tmp_path / "ckpt", overflow="step2")
     adapter = ModelAdapter(tiny_model("gpt_neox", seed=1))
@@ -59,8 +61,11 @@ rm {out}/filler; cp -a {out} {saved}-2
 {cli} {full} --out {out} 2>{tmp_path}/resumed.err; echo $? > {tmp_path}/resumed.rc
 cp -a {out} {saved}-3
 """
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "COLUMNS": "400"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "COLUMNS": "400",
+    }
     unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--map-root-user", "--mount"]
     subprocess.run([*unshare, "bash", "-c", script], env=env, check=True, timeout=600)
 
@@ -74,8 +79,9 @@ cp -a {out} {saved}-3
     assert "Traceback" not in text("full.err")
     shard = "tiny--neox@step1.parquet"
     for kind in ("heads", "runs"):  # the earlier shard is intact, nothing partial or temporary was left
-        assert (saved.with_name("saved-1") / kind / shard).read_bytes() == (saved.with_name("saved-2") / kind /
-                                                                            shard).read_bytes()
+        assert (saved.with_name("saved-1") / kind / shard).read_bytes() == (
+            saved.with_name("saved-2") / kind / shard
+        ).read_bytes()
     leftovers = [p.name for p in saved.with_name("saved-2").rglob("*") if p.is_file() and p.name.endswith(".tmp")]
     assert leftovers == []
     assert sorted(p.name for p in (saved.with_name("saved-2") / RUNS).iterdir()) == [shard]
@@ -84,28 +90,49 @@ cp -a {out} {saved}-3
     resumed = read_results(saved.with_name("saved-3"))[1]
     assert sorted(resumed.revision) == REVISIONS
     run_panel(load_panel(full), tmp_path / "uninterrupted")
-    pd.testing.assert_frame_equal(read_results(saved.with_name("saved-3"))[0],
-                                  read_results(tmp_path / "uninterrupted")[0], check_exact=True)
+    pd.testing.assert_frame_equal(
+        read_results(saved.with_name("saved-3"))[0], read_results(tmp_path / "uninterrupted")[0], check_exact=True
+    )
 
 
 def test_a_model_screened_with_two_configs_is_refused(tmp_path):
     adapter = ModelAdapter(tiny_model("llama"))
     for revision, seed in (("step1", 1), ("step2", 2)):
         config = ScreenConfig.of(n_examples=8, seq_len=48, seed=seed)
-        result = screen(adapter, synthetic_induction(ProbeSpec(n_examples=8, seq_len=48, seed=seed)),
-                        config, model_name="m", revision=revision)
+        result = screen(
+            adapter,
+            synthetic_induction(ProbeSpec(n_examples=8, seq_len=48, seed=seed)),
+            config,
+            model_name="m",
+            revision=revision,
+        )
         ResultsDir(tmp_path).write_shard(result.heads, result.run)
     with pytest.raises(HeadtraceError, match=r"holds m screened with 2 different configs .*own results directory"):
         read_results(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "headtrace", "findings", str(tmp_path)], capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    result = subprocess.run(
+        [sys.executable, "-m", "headtrace", "findings", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert not (tmp_path / "findings.parquet").exists()
 
 
 NEOX = ModelAdapter(tiny_model("gpt_neox", seed=3))
-SPLIT_COLUMNS = ["mean_induction", "mean_previous", "mean_duplicate", "mean_first", "mean_self", "mean_local",
-                 "mean_baseline", "sel_induction", "sel_first", "sink_score", "pr"]
+SPLIT_COLUMNS = [
+    "mean_induction",
+    "mean_previous",
+    "mean_duplicate",
+    "mean_first",
+    "mean_self",
+    "mean_local",
+    "mean_baseline",
+    "sel_induction",
+    "sel_first",
+    "sink_score",
+    "pr",
+]
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -125,15 +152,36 @@ def test_heads_whose_baseline_underflows_are_flagged_in_the_table_and_the_summar
 
     induction_model().to(torch.float16).save_pretrained(tmp_path / "ckpt")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
-    screened = subprocess.run([sys.executable, "-m", "headtrace", "screen", str(tmp_path / "ckpt"), "-n", "16",
-                               "--seq-len", str(SEQ_LEN), "--id-low", str(ID_LOW), "--id-high", str(VOCAB),
-                               "--dtype", "float16", "--out", str(tmp_path / "out")],
-                              capture_output=True, text=True, env=env)
+    screened = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headtrace",
+            "screen",
+            str(tmp_path / "ckpt"),
+            "-n",
+            "16",
+            "--seq-len",
+            str(SEQ_LEN),
+            "--id-low",
+            str(ID_LOW),
+            "--id-high",
+            str(VOCAB),
+            "--dtype",
+            "float16",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert screened.returncode == 0, screened.stderr
     assert "warning: 1 heads have a baseline below 1e-8" in screened.stdout and "screen in float32" in screened.stdout
     heads = pd.read_parquet(tmp_path / "out" / "heads")
     assert list(heads.loc[heads.baseline_underflow, "head_id"]) == ["L0H0"]
     assert pd.read_parquet(tmp_path / "out" / "runs").n_underflow_heads.item() == 1
-    listed = subprocess.run([sys.executable, "-m", "headtrace", "results", str(tmp_path / "out")],
-                            capture_output=True, text=True, env=env)
+    listed = subprocess.run(
+        [sys.executable, "-m", "headtrace", "results", str(tmp_path / "out")], capture_output=True, text=True, env=env
+    )
     assert listed.returncode == 0 and "underflow" in listed.stdout

@@ -14,14 +14,32 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from report_panels import (ABLATED, PYTHIA, REFERENCE, TINY_PANEL, UNFINISHED, ablation_rows, reference_results,
-                           tiny_results)
+from report_panels import (
+    ABLATED,
+    PYTHIA,
+    REFERENCE,
+    TINY_PANEL,
+    UNFINISHED,
+    ablation_rows,
+    reference_results,
+    tiny_results,
+)
 
 from headtrace.cli import main
 from headtrace.reference import import_reference
 from headtrace.report import build_report
-from headtrace.report.data import (ablation_summary, grid_revisions, label_grid, load, model_gaps, panel_gaps,
-                                   sink_curve, sink_layer_matrix, timeline, trajectory_heads)
+from headtrace.report.data import (
+    ablation_summary,
+    grid_revisions,
+    label_grid,
+    load,
+    model_gaps,
+    panel_gaps,
+    sink_curve,
+    sink_layer_matrix,
+    timeline,
+    trajectory_heads,
+)
 from headtrace.report.figures import LABEL_COLORS, Plot, labels_plot, milestone_labels
 from headtrace.report.page import render
 from headtrace.store import slug
@@ -30,8 +48,15 @@ STEPS = [1, 4, 16, 64, 256, 512, 3000, 10000, 38000, 143000]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
 # Playwright starts every browser with a fresh temporary --user-data-dir and --headless.
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def raw_screen(step: int) -> dict[str, dict[str, float]]:
@@ -127,7 +152,11 @@ def test_timeline_brackets_and_labels(pythia):
     assert pd.isna(stones.loc["sink fraction >= 70%", "revision"])  # 57.8% at the last revision
     labels = milestone_labels(stones.reset_index().dropna(subset=["revision"]))
     assert dict(zip(labels.revision + " " + labels.unit, labels.label)) == {
-        "step3000  heads": ">=3, 5 heads", "step3000 ": ">=10%", "step38000 ": ">=30%", "step143000 ": ">=50%"}
+        "step3000  heads": ">=3, 5 heads",
+        "step3000 ": ">=10%",
+        "step38000 ": ">=30%",
+        "step143000 ": ">=50%",
+    }
 
 
 def test_ablation_summary_against_the_rows():
@@ -162,7 +191,7 @@ def test_inline_svg_prefixes_ids_and_carries_tips(tmp_path):
     svg = render(plot, tmp_path)
     ids = re.findall(r'\bid="([^"]+)"', svg)
     assert ids and all(i.startswith("demo-") for i in ids) and len(ids) == len(set(ids))
-    references = re.findall(r'url\(#([^)]+)\)', svg) + re.findall(r'href="#([^"]+)"', svg)
+    references = re.findall(r"url\(#([^)]+)\)", svg) + re.findall(r'href="#([^"]+)"', svg)
     assert references and set(references) <= set(ids)
     assert 'data-tips="[&quot;cell 0&quot;, ' in svg
     assert (tmp_path / "demo.png").stat().st_size > 0 and (tmp_path / "demo.svg").read_text().startswith("<?xml")
@@ -197,7 +226,8 @@ def test_report_files(pythia_report, tiny_report, tiny_dir):
     assert tiny_report == tiny_dir / "elsewhere" / "index.html"
     tiny_figures = {p.stem for p in (tiny_report.parent / "figures").glob("*.png")}
     assert tiny_figures == {"sink-fraction", "ablations"} | drawn_keys("tiny/gpt-neox", False) | drawn_keys(
-        "tiny/llama", False)
+        "tiny/llama", False
+    )
     for page in (pythia_report, tiny_report):
         text = page.read_text()
         assert not re.search(r"<(script|img|link|iframe)[^>]+(src|href)=", text)  # nothing fetched
@@ -211,7 +241,9 @@ def test_the_report_draws_the_probes_ceiling(tiny_report, tiny_dir):
     from headtrace.screen import ScreenConfig
     from headtrace.probes import build_probe
 
-    ceiling = selectivity_ceilings(build_probe(ScreenConfig.of(n_examples=16, seq_len=64).probe, lambda: None))["induction"]
+    ceiling = selectivity_ceilings(build_probe(ScreenConfig.of(n_examples=16, seq_len=64).probe, lambda: None))[
+        "induction"
+    ]
     text = html.unescape(tiny_report.read_text())
     assert f"the probe's ceiling ({ceiling:.0f}x)" in text
     assert "induction ceiling" in text and f"{ceiling:.1f}x" in text
@@ -325,8 +357,10 @@ def test_pythia_report_in_chromium(browser, pythia_report):
 def test_partial_tiny_panel_in_chromium(browser, tiny_report):
     page, log = open_page(browser, tiny_report)
     drawn = {"sink-fraction", "ablations"} | drawn_keys("tiny/gpt-neox", False) | drawn_keys("tiny/llama", False)
-    gaps = {f"recall-{slug('tiny/gpt-neox')}": "no head at 50x at the last revision (seed2)",
-            f"spectral-{slug('tiny/llama')}": "one revision: a trajectory needs at least two"}
+    gaps = {
+        f"recall-{slug('tiny/gpt-neox')}": "no head at 50x at the last revision (seed2)",
+        f"spectral-{slug('tiny/llama')}": "one revision: a trajectory needs at least two",
+    }
     check_page(page, log, tiny_report, drawn, gaps)
     missing = page.locator("#missing").inner_text()
     assert "one revision (seed0)" in missing and f"{slug(UNFINISHED[0])}@{UNFINISHED[1]}" in missing

@@ -7,7 +7,17 @@ import math
 import pytest
 
 from headtrace.errors import HeadtraceError
-from headtrace.revisions import catalog, log_spaced, parse_revision, pythia_revisions, select
+from headtrace.revisions import (
+    NameMap,
+    Naming,
+    Revision,
+    catalog,
+    log_spaced,
+    parse_revision,
+    pythia_revisions,
+    select,
+    selection_notes,
+)
 from hub_server import OLMO_BRANCHES as OLMO
 
 
@@ -91,6 +101,73 @@ def test_mistyped_olmo_name_suggests_the_full_branch_name():
         select(catalog(OLMO), ["step1000"], "allenai/OLMo-1B-0724-hf")
 
 
-def test_log_selection_needs_token_counts():
-    with pytest.raises(HeadtraceError, match="needs token counts.*set tokens_per_step"):
-        select(catalog(["step1", "step2"]), "log:2", "someone/model")
+def test_a_series_without_tokens_is_selected_and_log_spaced_by_step():
+    available = catalog(["checkpoint-1", "checkpoint-3", "checkpoint-30", "checkpoint-1000", "main"])
+    assert [(r.name, r.step, r.tokens) for r in available][:2] == [("checkpoint-1", 1, None), ("checkpoint-3", 3, None)]
+    assert [r.name for r in select(available, "all", "m")] == [f"checkpoint-{s}" for s in (1, 3, 30, 1000)]
+    # Three points evenly spread in log(step) between 1 and 1000: 1, 31.6 (nearest: 30) and 1000.
+    chosen = select(available, "log:3", "m")
+    assert [r.name for r in chosen] == ["checkpoint-1", "checkpoint-30", "checkpoint-1000"]
+    notes = selection_notes(available, chosen, "log:3", "m")
+    assert any("1 revision without a step in the name left out of 'log:3' (main)" in n for n in notes)
+    assert any("'log:3' is spaced by step: tokens are unknown for 4 of 4 revisions" in n for n in notes)
+    assert any("tokens unknown for 3 revisions" in n and "not measurable" in n for n in notes)
+
+
+def test_a_series_of_names_without_steps_cannot_be_spaced():
+    with pytest.raises(HeadtraceError, match="'all' found no revision with a step in its name.*revision_pattern"):
+        select(catalog(["main", "fp32"]), "all", "m")
+
+
+def test_a_users_pattern_and_table_give_steps_and_tokens(tmp_path):
+    pattern = Naming(user=NameMap(tokens_per_step=1000, pattern=r"ep(\d+)-final"))
+    assert pattern.parse("ep12-final") == Revision(tokens=12_000.0, step=12, name="ep12-final")
+    assert pattern.parse("step5").tokens == 5000.0  # the tokens per step hold for the common forms too
+    (tmp_path / "t.csv").write_text("revision,step,tokens\nbaseline,,0\nlate,900,1.5e9\n")
+    table = Naming(user=NameMap(table=NameMap.read_table(tmp_path / "t.csv")))
+    assert [(r.name, r.step, r.tokens) for r in catalog(["late", "baseline", "other"], table)] == [
+        ("baseline", None, 0.0),
+        ("late", 900, 1.5e9),
+        ("other", None, None),
+    ]
+    with pytest.raises(HeadtraceError, match="must capture the step"):
+        NameMap(pattern="final")
+    with pytest.raises(HeadtraceError, match="is not a table of revisions"):
+        (tmp_path / "bad.json").write_text('{"revision": "x"}')
+        NameMap.read_table(tmp_path / "bad.json")
+
+
+def test_common_forms_and_every_schemes_steps_order_names_without_a_repository():
+    steps = {
+        name: parse_revision(name).step
+        for name in (
+            "step000128",
+            "step-240000",
+            "global_step5000",
+            "checkpoint-400000",
+            "ckpt_358",
+            "iter_7",
+            "stage1-step-40000",
+            "stage1-step928646-tokens3896B",
+            "stage2-ingredient2-step11931-tokens50B",
+            "step69369-seed-large-aux-2",
+            "main",
+        )
+    }
+    assert steps == {
+        "step000128": 128,
+        "step-240000": 240000,
+        "global_step5000": 5000,
+        "checkpoint-400000": 400000,
+        "ckpt_358": 358,
+        "iter_7": 7,
+        "stage1-step-40000": 40000,
+        "stage1-step928646-tokens3896B": 928646,
+        "stage2-ingredient2-step11931-tokens50B": 11931,
+        "step69369-seed-large-aux-2": 69369,
+        "main": None,
+    }
+    # Tokens only where the name carries them: a tokens-per-step belongs to its series.
+    assert parse_revision("stage1-step928646-tokens3896B").tokens == 3896e9
+    assert parse_revision("stage2-ingredient2-step11931-tokens50B").tokens is None  # counted from stage 2's start
+    assert parse_revision("step-240000").tokens is None

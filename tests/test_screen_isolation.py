@@ -32,8 +32,10 @@ def assert_same(a, b) -> None:
 
 @pytest.mark.parametrize("route", ["logsumexp", "widened"])
 def test_two_screens_in_two_threads_match_one_after_the_other(route):
-    jobs = {"neox": (tiny_model("gpt_neox"), synthetic_induction(ProbeSpec(n_examples=12, seq_len=64))),
-            "llama": (tiny_model("llama", seed=1), synthetic_induction(ProbeSpec(n_examples=10, seq_len=48, seed=3)))}
+    jobs = {
+        "neox": (tiny_model("gpt_neox"), synthetic_induction(ProbeSpec(n_examples=12, seq_len=64))),
+        "llama": (tiny_model("llama", seed=1), synthetic_induction(ProbeSpec(n_examples=10, seq_len=48, seed=3))),
+    }
     alone = {name: screen(ModelAdapter(model), probe, CONFIG, route=route) for name, (model, probe) in jobs.items()}
 
     # Each screen waits after its first micro-batch until the other is mid-pass too.

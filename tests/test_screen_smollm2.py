@@ -11,8 +11,9 @@ pytestmark = pytest.mark.slow  # ~20 s to load the GGUF, ~30 s to screen 48 sequ
 @pytest.fixture(scope="module")
 def result(smollm2):
     config = ScreenConfig.of(n_examples=48, seq_len=256)
-    return screen(smollm2, synthetic_induction(ProbeSpec(n_examples=48, seq_len=256)), config,
-                  model_name="SmolLM2-135M")
+    return screen(
+        smollm2, synthetic_induction(ProbeSpec(n_examples=48, seq_len=256)), config, model_name="SmolLM2-135M"
+    )
 
 
 def test_finds_the_induction_heads(result):

@@ -73,8 +73,13 @@ def loop_calls(monkeypatch):
 def test_loop_has_no_host_sync_nor_host_copy(arch, route, loop_calls):
     probe = synthetic_induction(ProbeSpec(n_examples=10, seq_len=64))
     progress = []
-    result = screen(ModelAdapter(tiny_model(arch)), probe, ScreenConfig.of(batch_size=4),
-                    progress=lambda done, total: progress.append(done), route=route)
+    result = screen(
+        ModelAdapter(tiny_model(arch)),
+        probe,
+        ScreenConfig.of(batch_size=4),
+        progress=lambda done, total: progress.append(done),
+        route=route,
+    )
     assert progress == [4, 4, 2]  # the loop ran, over three micro-batches
     assert np.isfinite(result.heads.sel_induction).all()
     assert loop_calls == [], "host traffic inside the screen's loop:\n" + "\n".join(loop_calls)

@@ -16,7 +16,7 @@ import pytest
 from headtrace import sources
 from headtrace.errors import HeadtraceError
 from headtrace.panel import load_panel, run_panel
-from headtrace.revisions import parse_revision
+from headtrace.revisions import NameMap, parse_revision
 from headtrace.sources import HubSource, LocalSource, RetryPolicy
 from headtrace.store import read_results
 from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, FakeRepo, Fault
@@ -41,9 +41,7 @@ def test_hub_discovery_lists_every_branch_with_tokens(cache):
     assert sorted(r.name for r in pythia) == sorted(PYTHIA_BRANCHES)
     assert {r.name: r.tokens for r in pythia}["step143000"] == 143000 * 2_097_152
     olmo = {r.name: r.tokens for r in HubSource(OLMO).revisions()}
-    assert (
-        olmo["step1454000-tokens3048B"] == 3048e9 and olmo["main"] is None and len(olmo) == len(OLMO_BRANCHES)
-    )
+    assert olmo["step1454000-tokens3048B"] == 3048e9 and olmo["main"] is None and len(olmo) == len(OLMO_BRANCHES)
     with pytest.raises(HeadtraceError, match="model 'EleutherAI/pythia-1x' was not found"):
         HubSource("EleutherAI/pythia-1x").revisions()
 
@@ -51,13 +49,9 @@ def test_hub_discovery_lists_every_branch_with_tokens(cache):
 def test_hub_fetch_verifies_and_hashes_what_the_hub_serves(hub, cache):
     source = HubSource(PYTHIA, retry=FAST)
     one, two, four = (fetch(source, r) for r in ("step1", "step2", "step4"))
-    assert (
-        one.checkpoint_hash == served_hash(hub, PYTHIA, "step1") == two.checkpoint_hash
-    )  # step2 = step1's files
+    assert one.checkpoint_hash == served_hash(hub, PYTHIA, "step1") == two.checkpoint_hash  # step2 = step1's files
     assert four.checkpoint_hash == served_hash(hub, PYTHIA, "step4") != one.checkpoint_hash
-    assert (Path(four.path) / "model.safetensors").read_bytes() == hub.repos[PYTHIA].files("step4")[
-        "model.safetensors"
-    ]
+    assert (Path(four.path) / "model.safetensors").read_bytes() == hub.repos[PYTHIA].files("step4")["model.safetensors"]
     for checkpoint in (one, two, four):
         source.release(checkpoint)
     # Weights are gone; the small config and tokenizer files, shared between revisions, stay.
@@ -156,7 +150,7 @@ def save_checkpoints(root: Path, names_and_seeds: dict[str, int]) -> None:
 def test_local_directory_tokens_from_names_and_weights_hashed(tmp_path):
     save_checkpoints(tmp_path, {"step100": 0, "step300": 1})
     shutil.copytree(tmp_path / "step100", tmp_path / "step200")  # the same weights under another name
-    source = LocalSource(str(tmp_path), model="mine", tokens_per_step=1000)
+    source = LocalSource(str(tmp_path), model="mine", names=NameMap(tokens_per_step=1000))
     revisions = source.revisions()
     assert [(r.name, r.tokens) for r in revisions] == [("step100", 1e5), ("step200", 2e5), ("step300", 3e5)]
     hashes = [source.fetch(r).checkpoint_hash for r in revisions]

@@ -45,16 +45,25 @@ def test_study_panel_files_parse_with_their_settings():
     default = load_panel(ROOT / "panels" / "xu2026.toml")
     study = load_panel(ROOT / "panels" / "xu2026-study.toml")
     assert {m.id: default.screen_for(m.id).dtype for m in default.models} == dict.fromkeys(
-        ["EleutherAI/pythia-1b", "allenai/OLMo-1B-0724-hf", "allenai/OLMoE-1B-7B-0924"], "float32")
+        ["EleutherAI/pythia-1b", "allenai/OLMo-1B-0724-hf", "allenai/OLMoE-1B-7B-0924"], "float32"
+    )
     assert default.screen.pr_examples is None
     assert {m.id: study.screen_for(m.id).dtype for m in study.models} == {
-        "EleutherAI/pythia-1b": "float32", "allenai/OLMo-1B-0724-hf": "float16",
-        "allenai/OLMoE-1B-7B-0924": "float16"}
+        "EleutherAI/pythia-1b": "float32",
+        "allenai/OLMo-1B-0724-hf": "float16",
+        "allenai/OLMoE-1B-7B-0924": "float16",
+    }
     assert study.screen.pr_examples == 500 and study.screen.probe.n_examples == 2000
     assert [m.revisions for m in study.models] == [m.revisions for m in default.models]
-    assert study.expectations == default.expectations == {
-        "EleutherAI/pythia-1b": {"F2": "gradual"}, "allenai/OLMo-1B-0724-hf": {"F2": "sharp"},
-        "allenai/OLMoE-1B-7B-0924": {"F2": "gradual"}}
+    assert (
+        study.expectations
+        == default.expectations
+        == {
+            "EleutherAI/pythia-1b": {"F2": "gradual"},
+            "allenai/OLMo-1B-0724-hf": {"F2": "sharp"},
+            "allenai/OLMoE-1B-7B-0924": {"F2": "gradual"},
+        }
+    )
 
 
 def test_a_panel_model_screens_in_its_own_dtype(tmp_path):
@@ -62,10 +71,12 @@ def test_a_panel_model_screens_in_its_own_dtype(tmp_path):
         for step in ("step1", "step2"):
             tiny_model("llama", seed).save_pretrained(tmp_path / model / step)
     panel = tmp_path / "p.toml"
-    panel.write_text('name = "p"\n[screen]\nn_examples = 8\nseq_len = 48\npr_examples = 4\n'
-                     '[[models]]\nid = "a"\nsource = "local"\npath = "a"\nrevisions = "all"\ntokens_per_step = 1000\n'
-                     '[[models]]\nid = "b"\nsource = "local"\npath = "b"\nrevisions = "all"\ntokens_per_step = 1000\n'
-                     'dtype = "bfloat16"\n')
+    panel.write_text(
+        'name = "p"\n[screen]\nn_examples = 8\nseq_len = 48\npr_examples = 4\n'
+        '[[models]]\nid = "a"\nsource = "local"\npath = "a"\nrevisions = "all"\ntokens_per_step = 1000\n'
+        '[[models]]\nid = "b"\nsource = "local"\npath = "b"\nrevisions = "all"\ntokens_per_step = 1000\n'
+        'dtype = "bfloat16"\n'
+    )
     spec = load_panel(panel)
     result = run_panel(spec, tmp_path / "out")
     assert len(result.written) == 4

@@ -17,8 +17,16 @@ from headtrace.cli import main
 from headtrace.errors import HeadtraceError
 from headtrace.reference import import_reference
 from headtrace.store import read_results
-from headtrace.trajectory import (TrajectoryConfig, final_circuit, findings, layer_table, model_trajectories, pr_elevation,
-                                  recall, revision_table)
+from headtrace.trajectory import (
+    TrajectoryConfig,
+    final_circuit,
+    findings,
+    layer_table,
+    model_trajectories,
+    pr_elevation,
+    recall,
+    revision_table,
+)
 
 REFERENCE = Path(__file__).parent / "data" / "reference" / "pythia-1b"
 STEPS = [1, 4, 16, 64, 256, 512, 3000, 10000, 38000, 143000]
@@ -100,7 +108,12 @@ def test_induction_heads_per_revision(panel):
         assert set(rows.head_id) == expected
     at = heads.set_index(["revision", "head_id"])["sel_induction"].round(1)
     assert {h: at["step3000", h] for h in ("L4H4", "L5H7", "L7H1", "L6H7", "L4H5")} == {
-        "L4H4": 171.8, "L5H7": 164.4, "L7H1": 70.1, "L6H7": 66.8, "L4H5": 54.7}
+        "L4H4": 171.8,
+        "L5H7": 164.4,
+        "L7H1": 70.1,
+        "L6H7": 66.8,
+        "L4H5": 54.7,
+    }
     assert {h: at["step143000", h] for h in ("L4H4", "L7H1", "L7H0")} == {"L4H4": 181.6, "L7H1": 127.2, "L7H0": 112.6}
     table = revision_table(*panel)
     assert list(table.screen_induction_circuit) == [0] * 6 + [5, 4, 4, 3]
@@ -127,8 +140,11 @@ def test_previous_token_circuit_is_the_references(panel):
     heads = panel[0]
     for step in STEPS:
         raw = raw_screen(step)
-        strict = {design_id(k) for k, v in raw.items()
-                  if reference_best_class(v) == "previous-token" and v["previous-token"] >= 100}
+        strict = {
+            design_id(k)
+            for k, v in raw.items()
+            if reference_best_class(v) == "previous-token" and v["previous-token"] >= 100
+        }
         loose = {design_id(k) for k, v in raw.items() if v["previous-token"] >= 100}
         rows = heads.loc[heads.revision == f"step{step}"]
         assert set(rows.loc[rows.previous_circuit, "head_id"]) == strict
@@ -200,7 +216,10 @@ def test_findings(panel):
     assert table.loc["F2", "status"] == "gradual" and numbers["F2"]["verdict"] == "gradual"
     assert numbers["F2"]["share"] == pytest.approx((38 - 14) / 74)
     assert (numbers["F2"]["jump_from"], numbers["F2"]["jump_to"], numbers["F2"]["monotone"]) == (
-        "step3000", "step10000", True)
+        "step3000",
+        "step10000",
+        True,
+    )
     # F3: sink >= 50% first at step143000, induction >= 3 heads first at step3000.
     assert table.loc["F3", "status"] == "holds"
     assert numbers["F3"]["ratio"] == pytest.approx(143000 / 3000)
@@ -242,8 +261,10 @@ def test_unused_pr_files_are_warned_about(tmp_path):
     assert read_results(tmp_path / "a")[0].pr.isna().all()
     heard.clear()
     import_reference([*screens, REFERENCE / "pr_trajectory.json"], tmp_path / "b", heard.append)
-    assert heard == [f"'{REFERENCE / 'pr_trajectory.json'}': PR of 7 revision(s) of EleutherAI/pythia-1b without a "
-                     "screen file is not imported (step1, step4, step16, step64, step256, step512, step38000)"]
+    assert heard == [
+        f"'{REFERENCE / 'pr_trajectory.json'}': PR of 7 revision(s) of EleutherAI/pythia-1b without a "
+        "screen file is not imported (step1, step4, step16, step64, step256, step512, step38000)"
+    ]
 
 
 def test_pr_collapse_from_initialisation_is_not_elevation():
@@ -264,8 +285,10 @@ def test_cli_import_and_findings(tmp_path, monkeypatch, capsys):
     files = [str(p) for p in sorted(REFERENCE.glob("*.json"))]
     assert run_cli(monkeypatch, "import-reference", *files, "--out", str(out)) == 0
     said = " ".join(capsys.readouterr().err.split())
-    assert ("EleutherAI/pythia-1b: selectivities from 10 screen file(s) (n = 2000; precision not stated in the files), "
-            "PR from the PR file (n = 500, float16) at 10 revision(s)") in said and "warning" not in said
+    assert (
+        "EleutherAI/pythia-1b: selectivities from 10 screen file(s) (n = 2000; precision not stated in the files), "
+        "PR from the PR file (n = 500, float16) at 10 revision(s)"
+    ) in said and "warning" not in said
     assert run_cli(monkeypatch, "findings", str(out)) == 0
     table = pd.read_parquet(out / "findings.parquet")
     assert list(table.finding) == ["F1", "F2", "F3", "F4", "F5", "F6"]
@@ -289,16 +312,23 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("case, message", [
-    ("not json", "is not valid JSON"),
-    ("duplicate", "both hold EleutherAI/pythia-1b at step1"),
-    ("partial grid", "not the full 16 x 8 grid"),
-    ("pr only", "no reference screen files"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("not json", "is not valid JSON"),
+        ("duplicate", "both hold EleutherAI/pythia-1b at step1"),
+        ("partial grid", "not the full 16 x 8 grid"),
+        ("pr only", "no reference screen files"),
+    ],
+)
 def test_import_rejects_bad_files_before_writing(tmp_path, case, message):
     screen = REFERENCE / "screen_step1.json"
-    files = {"not json": [screen, tmp_path / "x.json"], "duplicate": [screen, tmp_path / "x.json"],
-             "partial grid": [tmp_path / "x.json"], "pr only": [REFERENCE / "pr_trajectory.json"]}[case]
+    files = {
+        "not json": [screen, tmp_path / "x.json"],
+        "duplicate": [screen, tmp_path / "x.json"],
+        "partial grid": [tmp_path / "x.json"],
+        "pr only": [REFERENCE / "pr_trajectory.json"],
+    }[case]
     data = json.loads(screen.read_text())
     if case == "partial grid":
         del data["all_head_selectivity"]["L3_H2"]

@@ -10,23 +10,36 @@ import pytest
 
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS
+from headtrace.findings import write_findings
 from headtrace.store import read_results, ResultsDir
-from headtrace.trajectory import TrajectoryConfig, findings, revision_table, write_findings
+from headtrace.trajectory import TrajectoryConfig, findings, revision_table
 
 STEP_TOKENS = 1e9
 
 
-def make_heads(n_revisions: int, n_layers: int = 4, n_heads: int = 4, model: str = "org/synthetic",
-               tokens: list[float] | None = None, **columns: np.ndarray) -> pd.DataFrame:
+def make_heads(
+    n_revisions: int,
+    n_layers: int = 4,
+    n_heads: int = 4,
+    model: str = "org/synthetic",
+    tokens: list[float] | None = None,
+    **columns: np.ndarray,
+) -> pd.DataFrame:
     """A heads table of `n_revisions` revisions (tokens doubling from 1B unless given); `columns` hold
     [revision, head] arrays (heads in layer order); selectivities default to 1 (no preference)."""
-    tokens = tokens if tokens is not None else [STEP_TOKENS * 2 ** r for r in range(n_revisions)]
+    tokens = tokens if tokens is not None else [STEP_TOKENS * 2**r for r in range(n_revisions)]
     size = n_layers * n_heads
     frames = []
     for r, t in enumerate(tokens):
-        frame = pd.DataFrame({"model": model, "revision": f"step{2 ** r}", "tokens": float(t),
-                              "layer": np.repeat(np.arange(n_layers), n_heads), "head": np.tile(np.arange(n_heads),
-                                                                                               n_layers)})
+        frame = pd.DataFrame(
+            {
+                "model": model,
+                "revision": f"step{2**r}",
+                "tokens": float(t),
+                "layer": np.repeat(np.arange(n_layers), n_heads),
+                "head": np.tile(np.arange(n_heads), n_layers),
+            }
+        )
         frame["head_id"] = [f"L{l}H{h}" for l, h in zip(frame["layer"], frame["head"])]
         for key in CLASS_KEYS.values():
             frame[f"sel_{key}"] = 1.0
@@ -103,7 +116,10 @@ def test_floor_and_timing_on_a_planted_panel():
     assert row["F3"].status == "holds"
     assert numbers(row["F3"])["sink"]["revision"] == "step8" and numbers(row["F3"])["induction"]["revision"] == "step2"
     assert (numbers(row["F3"])["ratio"], numbers(row["F3"])["ratio_low"], numbers(row["F3"])["ratio_high"]) == (
-        pytest.approx(4), pytest.approx(2), pytest.approx(8))
+        pytest.approx(4),
+        pytest.approx(2),
+        pytest.approx(8),
+    )
 
 
 def test_timing_grid_cannot_order_milestones_in_one_interval():
@@ -199,8 +215,10 @@ def test_panel_expectation_reaches_findings_and_the_report(tmp_path, monkeypatch
     for _, shard in heads.groupby("revision"):
         ResultsDir(results).write_shard(shard, shard[["model", "revision", "tokens"]].iloc[:1])
     panel = tmp_path / "panel.toml"
-    panel.write_text('name = "p"\n[[models]]\nid = "org/ramp"\nsource = "local"\npath = "."\n'
-                     'revisions = "all"\nexpect = { F2 = "sharp" }\n')
+    panel.write_text(
+        'name = "p"\n[[models]]\nid = "org/ramp"\nsource = "local"\npath = "."\n'
+        'revisions = "all"\nexpect = { F2 = "sharp" }\n'
+    )
     findings_command(results, None, None, None, panel)
     assert json.loads((results / "expect.json").read_text()) == {"org/ramp": {"F2": "sharp"}}
     report = load(results).findings.set_index("finding")
@@ -295,6 +313,20 @@ def test_unknown_tokens():
     assert rows["F4"].status == "not measurable" and "tokens unknown" in rows["F4"].statement
 
 
+def test_tokens_unknown_for_later_revisions_are_named():
+    """Revisions without tokens come after those with, by step; a finding that needs their tokens says
+    which ones it lacks."""
+    induction = np.ones((4, 16))
+    induction[1:, :3] = 80.0
+    heads = make_heads(
+        4, tokens=[1e9, 2e9, np.nan, np.nan], sel_first=sink_selectivity([0, 0, 0, 10]), sel_induction=induction
+    )
+    rows = by_finding(heads)
+    assert rows["F3"].status == "not measurable" and rows["F3"].statement.startswith("tokens unknown for step4, step8")
+    assert rows["F4"].status == "not measurable" and rows["F4"].statement.endswith("tokens unknown for step8")
+    assert rows["F2"].status == "sharp"  # the shape needs no tokens
+
+
 def test_two_models_in_one_results_directory(tmp_path):
     """Through the store: shards of two models, findings per model, revisions ordered by tokens."""
     sharp = make_heads(4, model="org/sharp", sel_first=sink_selectivity([0, 0, 12, 12]))
@@ -324,14 +356,45 @@ def test_findings_on_real_screen_output(tmp_path):
     probe = synthetic_induction(ProbeSpec(n_examples=16, seq_len=64))
     config = ScreenConfig.of(n_examples=16, seq_len=64)
     for step, seed in ((1, 0), (2, 1)):
-        result = screen(ModelAdapter(tiny_model("gpt_neox", seed)), probe, config, model_name="tiny",
-                        revision=f"step{step}", tokens=step * 1e6)
+        result = screen(
+            ModelAdapter(tiny_model("gpt_neox", seed)),
+            probe,
+            config,
+            model_name="tiny",
+            revision=f"step{step}",
+            tokens=step * 1e6,
+        )
         ResultsDir(tmp_path).write_shard(result.heads, result.run)
     heads, runs = read_results(tmp_path)
     table = revision_table(heads, runs)
-    for column, screened in (("screen_sink", "n_sink_heads"), ("screen_induction_circuit", "n_induction_heads"),
-                             ("screen_previous_circuit", "n_previous_heads")):
+    for column, screened in (
+        ("screen_sink", "n_sink_heads"),
+        ("screen_induction_circuit", "n_induction_heads"),
+        ("screen_previous_circuit", "n_previous_heads"),
+    ):
         assert list(table[column]) == list(runs[screened])
     assert list(table.screen_gu_sink_fraction) == list(runs.gu_sink_fraction)
     assert list(table.top1) == list(runs.top1) and table.null_p99.notna().all()
     assert list(write_findings(tmp_path).finding) == ["F1", "F2", "F3", "F4", "F5", "F6"]
+
+
+def test_tokens_read_the_same_in_findings_reports_and_the_command_line():
+    """One formatter (trajectory.tokens_label), pinned: stored statements and figures depend on it."""
+    from headtrace.cli import _tokens_text
+    from headtrace.trajectory import tokens_label
+
+    cases = {
+        2048.0: "0.002048M",
+        1.2288e5: "0.1229M",
+        4.194304e6: "4.194M",
+        9.99999e8: "1000M",
+        1e9: "1B",
+        1.5e9: "1.5B",
+        3e11: "300B",
+        2.1e12: "2100B",
+        0.0: "0M",
+        float("nan"): "? tokens",
+        float("inf"): "? tokens",
+    }
+    assert {t: tokens_label(t) for t in cases} == cases
+    assert _tokens_text(1.5e9) == "1.5B" and _tokens_text(float("nan")) == ""

@@ -5,6 +5,8 @@ participation ratio, induction capability), across the revisions of a training r
 training loop itself (`Watcher`, `HeadtraceCallback`: headtrace.watch).
 """
 
+import importlib
+
 __version__ = "0.1.0"
 
 # Loaded on first use, so that `import headtrace` loads neither torch nor transformers.
@@ -14,7 +16,5 @@ __all__ = ["HeadtraceCallback", "ScreenConfig", "Watcher", "__version__"]
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'headtrace' has no attribute {name!r}")

@@ -46,10 +46,13 @@ import torch
 from headtrace import __version__
 from headtrace.errors import HeadtraceError
 from headtrace.hooks import CapabilityAccumulator, head_output_hooks, micro_batches
-from headtrace.models import HeadLayout, LayerInput, ModelAdapter, head_id
-from headtrace.probes import Probe
+from headtrace.models import HeadLayout, LayerInput, ModelAdapter, head_id, load_model, load_tokenizer
+from headtrace.probes import Probe, build_probe
 from headtrace.schema import HEAD_SETS, AblationConfig, Head, ScreenConfig, check_heads_exist, parse_circuit
+from headtrace.screen import screen
+from headtrace.sources import checkpoint_location
 from headtrace.spectral import time_integrated_pr
+from headtrace.store import ResultsDir, read_results
 
 Progress = Callable[[int, int], None]
 
@@ -104,33 +107,44 @@ def pr_ranking(heads: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (layer, head), group in heads.sort_values("tokens", kind="stable").groupby(["layer", "head"], sort=True):
         measured = group.loc[group["pr"].notna() & (group["tokens"] > 0)]
-        rows.append({"layer": int(layer), "head": int(head), "head_id": head_id(int(layer), int(head)),
-                     "integral": time_integrated_pr(measured["tokens"].to_numpy(), measured["pr"].to_numpy()),
-                     "n_revisions": len(measured)})
+        rows.append(
+            {
+                "layer": int(layer),
+                "head": int(head),
+                "head_id": head_id(int(layer), int(head)),
+                "integral": time_integrated_pr(measured["tokens"].to_numpy(), measured["pr"].to_numpy()),
+                "n_revisions": len(measured),
+            }
+        )
     ranking = pd.DataFrame(rows)
     return ranking.sort_values("integral", ascending=False, kind="stable", na_position="last").reset_index(drop=True)
 
 
 def pr_top_circuit(out: str | Path | None, model: str, k: int) -> tuple[tuple[Head, ...], str]:
     """The `k` heads of `model` with the highest time-integrated PR over the revisions stored in `out`."""
-    from headtrace.store import read_results
-
     if out is None:
-        raise HeadtraceError(f"pr-top:{k} ranks heads by PR over a panel's revisions: pass --out DIR holding "
-                             f"{model}'s screened or imported revisions")
+        raise HeadtraceError(
+            f"pr-top:{k} ranks heads by PR over a panel's revisions: pass --out DIR holding "
+            f"{model}'s screened or imported revisions"
+        )
     heads, _ = read_results(out)
     heads = heads.loc[(heads["model"] == model) & heads["pr"].notna() & (heads["tokens"] > 0)]
     n_revisions = heads["revision"].nunique()
     if n_revisions < 2:
-        raise HeadtraceError(f"pr-top:{k} needs PR at two or more revisions of {model} with known tokens in '{out}' "
-                             f"(found {n_revisions}); screen the panel there (headtrace run) or import it")
+        raise HeadtraceError(
+            f"pr-top:{k} needs PR at two or more revisions of {model} with known tokens in '{out}' "
+            f"(found {n_revisions}); screen the panel there (headtrace run) or import it"
+        )
     ranking = pr_ranking(heads).dropna(subset=["integral"])
     if len(ranking) < k:
-        raise HeadtraceError(f"pr-top:{k}: {model} has {len(ranking)} heads with a PR trajectory; pick K <= "
-                             f"{len(ranking)}")
+        raise HeadtraceError(
+            f"pr-top:{k}: {model} has {len(ranking)} heads with a PR trajectory; pick K <= {len(ranking)}"
+        )
     chosen = ranking.head(k)
-    return (tuple(sorted(zip(chosen["layer"], chosen["head"]))),
-            f"time-integrated PR over {n_revisions} revisions in {out}")
+    return (
+        tuple(sorted(zip(chosen["layer"], chosen["head"]))),
+        f"time-integrated PR over {n_revisions} revisions in {out}",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,7 +196,9 @@ class _Masks:
         for block, condition in enumerate(conditions):
             for l, h in condition.heads:
                 keep[block, l, h] = False
-        self.keep = [None if bool(keep[:, l].all()) else keep[:, l].to(self.device) for l in range(self.layout.n_layers)]
+        self.keep = [
+            None if bool(keep[:, l].all()) else keep[:, l].to(self.device) for l in range(self.layout.n_layers)
+        ]
 
     def clear(self) -> None:
         self.keep = [None] * self.layout.n_layers
@@ -236,8 +252,10 @@ def run_conditions(
 
     with torch.inference_mode(), head_output_hooks(adapter, masks):
         # The clean pass: clean metrics, per-head means, the residual stream entering `first`.
-        sums = [torch.zeros(layout.n_heads, layout.head_dim, dtype=torch.float64, device=device)
-                for _ in range(layout.n_layers)]
+        sums = [
+            torch.zeros(layout.n_heads, layout.head_dim, dtype=torch.float64, device=device)
+            for _ in range(layout.n_layers)
+        ]
         positions = 0
 
         def accumulate(layer: int, x: torch.Tensor) -> None:
@@ -252,7 +270,9 @@ def run_conditions(
                     cached.append(captured[0])
                 else:
                     hidden = adapter.hidden_states(ids)
-                stats[0, rows] = CapabilityAccumulator.per_example(adapter.logits_at(hidden, query), answer).cpu().numpy()
+                stats[0, rows] = (
+                    CapabilityAccumulator.per_example(adapter.logits_at(hidden, query), answer).cpu().numpy()
+                )
                 positions += ids.numel()
                 if progress:
                     progress(rows.stop - rows.start, total)
@@ -261,7 +281,7 @@ def run_conditions(
 
         # The ablated conditions.
         group = 1 if strategy == "naive" else stack
-        chunks = [ablated[i:i + group] for i in range(0, len(ablated), group)]
+        chunks = [ablated[i : i + group] for i in range(0, len(ablated), group)]
         for index, rows in enumerate(batches):
             ids, query, answer = inputs(rows)
             b = rows.stop - rows.start
@@ -334,32 +354,57 @@ def ablate(
     probe.check_vocab(adapter.vocab_size)
     started = time.perf_counter()
     conditions = conditions_for(circuit, adapter.layout, config)
-    stats = run_conditions(adapter, probe, conditions, config.mode, screen_config.batch_size, config.stack,
-                           config.cache_mb, strategy, progress)
+    stats = run_conditions(
+        adapter,
+        probe,
+        conditions,
+        config.mode,
+        screen_config.batch_size,
+        config.stack,
+        config.cache_mb,
+        strategy,
+        progress,
+    )
     means = stats.mean(axis=1)  # [conditions, 4]
     metric = decided_by(means[0, 0], config.metric)
     column = METRICS.index(metric)
     kinds = np.array([c.kind for c in conditions])
     circuit_values = stats[kinds == "circuit", :, column][0]
     random_values = stats[kinds == "random", :, column]
-    point, low, high = differential(circuit_values, random_values, metric, config.n_bootstrap,
-                                    np.random.default_rng([config.seed, 1]))
-    table = pd.DataFrame({
-        "condition": kinds.astype(object),
-        "seed": np.array([c.seed for c in conditions], dtype=np.int64),
-        "heads": [c.label for c in conditions],
-        "n_ablated": np.array([len(c.heads) for c in conditions], dtype=np.int64),
-        "shortfall": np.array([c.shortfall for c in conditions], dtype=np.int64),
-        **{name: means[:, i] for i, name in enumerate(METRICS)},
-    })
+    point, low, high = differential(
+        circuit_values, random_values, metric, config.n_bootstrap, np.random.default_rng([config.seed, 1])
+    )
+    table = pd.DataFrame(
+        {
+            "condition": kinds.astype(object),
+            "seed": np.array([c.seed for c in conditions], dtype=np.int64),
+            "heads": [c.label for c in conditions],
+            "n_ablated": np.array([len(c.heads) for c in conditions], dtype=np.int64),
+            "shortfall": np.array([c.shortfall for c in conditions], dtype=np.int64),
+            **{name: means[:, i] for i, name in enumerate(METRICS)},
+        }
+    )
     table = table.assign(
-        model=model_name, revision=revision or "", tokens=np.float64(np.nan if tokens is None else tokens),
-        circuit=config.circuit, circuit_heads=heads_text(circuit), mode=config.mode,
-        verdict="necessary" if low > 0 else "not shown", decided_by=metric, differential=point,
-        differential_low=low, differential_high=high, probe=probe.description.get("kind", "custom"),
-        n_examples=probe.n, seq_len=probe.seq_len, n_seeds=config.draws, n_bootstrap=config.n_bootstrap,
-        screen_config_hash=screen_config.config_hash, config_hash=config.config_hash(screen_config),
-        config_json=json.dumps(config.to_dict(), sort_keys=True), headtrace_version=__version__,
+        model=model_name,
+        revision=revision or "",
+        tokens=np.float64(np.nan if tokens is None else tokens),
+        circuit=config.circuit,
+        circuit_heads=heads_text(circuit),
+        mode=config.mode,
+        verdict="necessary" if low > 0 else "not shown",
+        decided_by=metric,
+        differential=point,
+        differential_low=low,
+        differential_high=high,
+        probe=probe.description.get("kind", "custom"),
+        n_examples=probe.n,
+        seq_len=probe.seq_len,
+        n_seeds=config.draws,
+        n_bootstrap=config.n_bootstrap,
+        screen_config_hash=screen_config.config_hash,
+        config_hash=config.config_hash(screen_config),
+        config_json=json.dumps(config.to_dict(), sort_keys=True),
+        headtrace_version=__version__,
     )
     return AblationResult(table=table, wall_s=time.perf_counter() - started, stats=stats)
 
@@ -381,16 +426,14 @@ def resolve_circuit(
 ) -> tuple[tuple[Head, ...], str]:
     """The circuit's heads and where they came from: a given list, a stored screen under `out`
     (same model, revision and screen config), or a screen run now (stored under `out` if given)."""
-    from headtrace.screen import screen
-    from headtrace.store import ResultsDir
-
     spec = parse_circuit(config.circuit)
     label = f"{model_name}" + (f"@{revision}" if revision else "")
     if spec.pr_top:
         heads, source = pr_top_circuit(out, model_name, spec.pr_top)
         if max(l for l, _ in heads) >= adapter.layout.n_layers or max(h for _, h in heads) >= adapter.layout.n_heads:
-            raise HeadtraceError(f"the PR ranking in '{out}' names heads that {label} does not have; is it "
-                                 "another model's?")
+            raise HeadtraceError(
+                f"the PR ranking in '{out}' names heads that {label} does not have; is it another model's?"
+            )
         return heads, source
     if spec.heads:
         check_heads_exist(spec.heads, adapter.layout.n_layers, adapter.layout.n_heads, label)
@@ -399,15 +442,18 @@ def resolve_circuit(
     heads = ResultsDir(out).stored_screen(model_name, revision, screen_config.config_hash) if out else None
     source = "stored screen"
     if heads is None:
-        result = screen(adapter, probe, screen_config, model_name=model_name, revision=revision, tokens=tokens,
-                        progress=progress)
+        result = screen(
+            adapter, probe, screen_config, model_name=model_name, revision=revision, tokens=tokens, progress=progress
+        )
         heads, source = result.heads, "screened"
         if out is not None:
             ResultsDir(out).write_shard(result.heads, result.run)
     circuit = circuit_from_screen(heads, name)
     if not circuit:
-        raise HeadtraceError(f"the {name} circuit of {label} is empty (no head passes its screen threshold): nothing "
-                             "to ablate; name heads instead, e.g. --circuit L2H11,L4H12")
+        raise HeadtraceError(
+            f"the {name} circuit of {label} is empty (no head passes its screen threshold): nothing "
+            "to ablate; name heads instead, e.g. --circuit L2H11,L4H12"
+        )
     return circuit, source
 
 
@@ -432,23 +478,25 @@ def ablate_checkpoint(
 
     >>> ablate_checkpoint("EleutherAI/pythia-160m", "step3000").table  # doctest: +SKIP
     """
-    from headtrace.models import load_model, load_tokenizer
-    from headtrace.probes import build_probe
-    from headtrace.sources import checkpoint_location
-    from headtrace.store import ResultsDir
-
     config.validate()
     screen_config.validate()
     location, hub_revision, found_tokens = (model, revision, None) if adapter else checkpoint_location(model, revision)
     tokens = found_tokens if tokens is None else tokens
-    adapter = adapter or load_model(location, revision=hub_revision, dtype=screen_config.dtype,
-                                    device=screen_config.device, trust_remote_code=trust_remote_code,
-                                    cache_dir=cache_dir)
-    probe = probe or build_probe(screen_config.probe,
-                                 lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir))
+    adapter = adapter or load_model(
+        location,
+        revision=hub_revision,
+        dtype=screen_config.dtype,
+        device=screen_config.device,
+        trust_remote_code=trust_remote_code,
+        cache_dir=cache_dir,
+    )
+    probe = probe or build_probe(
+        screen_config.probe, lambda: load_tokenizer(location, hub_revision, trust_remote_code, cache_dir)
+    )
     name = name or model
-    circuit, source = resolve_circuit(config, adapter, probe, screen_config, name, revision, tokens, out,
-                                      screen_progress)
+    circuit, source = resolve_circuit(
+        config, adapter, probe, screen_config, name, revision, tokens, out, screen_progress
+    )
     result = ablate(adapter, probe, circuit, config, screen_config, name, revision, tokens, progress=progress)
     result.circuit_source = source
     if out is not None:

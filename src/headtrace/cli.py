@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+import io
 import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -42,8 +44,9 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """When did each attention circuit form? Screen attention heads across training checkpoints."""
 
@@ -78,8 +81,13 @@ def progress_bars(*descriptions: str, waiting: str | None = None) -> Iterator[li
     """Rich progress bars (one display), each appearing with its first update; yields a
     callback(advance, total) per description. Until the first update, `waiting` (e.g. "load the
     model") shows as a pulsing bar with its elapsed time, so a long load never looks stuck."""
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as bar:
         pending = [bar.add_task(escape(waiting), total=None)] if waiting else []
 
@@ -108,6 +116,48 @@ def progress_bar(description: str, waiting: str | None = None) -> Iterator[Calla
 STRONGEST = 10  # heads the screen's summary lists by default
 
 
+def times(value: float) -> str:
+    """A selectivity, compact: 0.3x, 47.7x, 198x, 6.4e6x."""
+    if value != value:  # NaN: not measured
+        return "-"
+    if value < 100:
+        return f"{value:.1f}x"
+    if value < 10_000:
+        return f"{value:.0f}x"
+    mantissa, exponent = f"{value:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}x"
+
+
+def fitted_table(
+    title: str, columns: dict[str, dict], rows: list[list[str]], drop: Sequence[str] = (), **options
+) -> Table:
+    """A table that fits the terminal without cutting a cell short. While its cells, each on one line,
+    are wider than the terminal, the columns named in `drop` go, in that order (the caption says
+    which); then cells wrap at spaces, and where a cell would still be cut short, every cell folds.
+    `columns`: each column's `Table.add_column` options (`no_wrap`: a cell that stays on one line)."""
+    names, dropped = list(columns), []
+
+    def build(fold: bool = False) -> Table:
+        table = Table(title=title, **options)
+        kept = [i for i, name in enumerate(names) if name not in dropped]
+        for i in kept:
+            table.add_column(names[i], **columns[names[i]] | ({"no_wrap": False, "overflow": "fold"} if fold else {}))
+        for row in rows:
+            table.add_row(*(row[i] for i in kept))
+        if dropped:
+            table.caption = f"not shown at {out_console.width} columns: {', '.join(dropped)}"
+        return table
+
+    unbounded = out_console.options.update_width(1_000_000)
+    table = build()
+    while Measurement.get(out_console, unbounded, table).maximum > out_console.width and len(dropped) < len(drop):
+        dropped.append(drop[len(dropped)])
+        table = build()
+    trial = Console(file=io.StringIO(), width=out_console.width, color_system=None)
+    trial.print(table)
+    return build(fold=True) if "…" in trial.file.getvalue() else table  # rich ends a cut cell with an ellipsis
+
+
 def print_screen_summary(result, all_heads: bool = False) -> None:
     """A summary that fits a terminal: the strongest labelled heads (every one with `all_heads`),
     the label counts, the circuits, the sink fraction, capability and, where the run record has
@@ -122,14 +172,27 @@ def print_screen_summary(result, all_heads: bool = False) -> None:
     labelled = heads.loc[heads.label != "unclassified"].sort_values("best_selectivity", ascending=False)
     shown = labelled if all_heads else labelled.head(STRONGEST)
     title = f"{escape(_label(run.model, run.revision))}: " + (
-        f"all {len(labelled)} labelled heads" if all_heads or len(shown) == len(labelled)
-        else f"the {len(shown)} strongest of {len(labelled)} labelled heads (--all: every one)")
-    table = Table(title=title, title_justify="left")
-    for column in ("head", "label", "induction", "previous", "first-token", "sink score", "PR"):
-        table.add_column(column, justify="left" if column in ("head", "label") else "right", no_wrap=True)
-    for row in shown.itertuples():
-        table.add_row(row.head_id, row.label, f"{row.sel_induction:.1f}", f"{row.sel_previous:.1f}",
-                      f"{row.sel_first:.1f}", f"{row.sink_score:.3f}", f"{row.pr:.2f}")
+        f"all {len(labelled)} labelled heads"
+        if all_heads or len(shown) == len(labelled)
+        else f"the {len(shown)} strongest of {len(labelled)} labelled heads (--all: every one)"
+    )
+    columns = {
+        name: {"justify": "left" if name in ("head", "label") else "right", "no_wrap": True}
+        for name in ("head", "label", "induction", "previous", "first-token", "sink score", "PR")
+    }
+    rows = [
+        [
+            row.head_id,
+            row.label,
+            times(row.sel_induction),
+            times(row.sel_previous),
+            times(row.sel_first),
+            f"{row.sink_score:.3f}",
+            f"{row.pr:.2f}",
+        ]
+        for row in shown.itertuples()
+    ]
+    table = fitted_table(title, columns, rows, drop=("PR", "sink score"), title_justify="left")
     if len(shown):
         out_console.print(table)
     counts = labelled.label.value_counts()
@@ -138,17 +201,22 @@ def print_screen_summary(result, all_heads: bool = False) -> None:
         f"labels (>= {_threshold(run, 'label_threshold', 30)}x): "
         + (", ".join(f"{label} {count}" for label, count in counts.items()) or "none")
         + f"; {len(heads) - len(labelled)} of {len(heads)} heads unclassified",
-        f"induction circuit (>= {_threshold(run, 'induction_threshold', 50)}x): {_heads_text(summary['induction_circuit'])}",
+        f"induction circuit (>= {_threshold(run, 'induction_threshold', 50)}x): "
+        f"{_heads_text(summary['induction_circuit'])}",
         f"previous-token circuit (>= {_threshold(run, 'previous_threshold', 100)}x): {_heads_text(previous)}",
-        f"sink heads (first-token >= {_threshold(run, 'sink_threshold', 30)}x): {int(run.n_sink_heads)}/{len(heads)} = {summary['sink_fraction']:.1%}",
+        f"sink heads (first-token >= {_threshold(run, 'sink_threshold', 30)}x): "
+        f"{int(run.n_sink_heads)}/{len(heads)} = {summary['sink_fraction']:.1%}",
         f"top-1 at the query: {summary['top1']:.3f}   top-5: {run.top5:.3f}   loss: {run.loss:.3f}   "
         f"({int(run.n_valid)}/{int(run.n_examples)} valid examples, {run.wall_s:.1f} s)",
     ]
-    ceilings = {c.removeprefix("ceiling_"): run[c] for c in result.run.columns
-                if c.startswith("ceiling_") and run[c] == run[c]}  # NaN: no ceiling for that class
+    ceilings = {
+        c.removeprefix("ceiling_"): run[c] for c in result.run.columns if c.startswith("ceiling_") and run[c] == run[c]
+    }  # NaN: no ceiling for that class
     if ceilings:
-        lines.append(f"selectivity ceilings of this probe ({run.get('baseline', 'reference')} baseline): "
-                     + ", ".join(f"{cls} {ceiling_text(value)}" for cls, value in ceilings.items()))
+        lines.append(
+            f"selectivity ceilings of this probe ({run.get('baseline', 'reference')} baseline): "
+            + ", ".join(f"{cls} {ceiling_text(value)}" for cls, value in ceilings.items())
+        )
     out_console.print("\n".join(lines), highlight=False)
     if ceilings:
         warn_ceilings(ScreenConfig.of(**json.loads(run.config_json)), ceilings)
@@ -184,11 +252,24 @@ def _heads_text(heads: list[str], limit: int = 12) -> str:
 
 # Options that `screen` and `ablate` share, defined once.
 MODEL = typer.Argument(..., help="Hub id, local directory, or .gguf file.")
-REVISION = typer.Option(None, help="Hub revision (branch, tag or commit), or the checkpoint subfolder of a local "
-                        "folder of checkpoints.")
+REVISION = typer.Option(
+    None, help="Hub revision (branch, tag or commit), or the checkpoint subfolder of a local folder of checkpoints."
+)
 TRUST_REMOTE_CODE = typer.Option(False, help="Let transformers run the model repository's own code.")
 CACHE_DIR = typer.Option(None, help="Hub cache folder [HF_HUB_CACHE].")
 NAME = typer.Option(None, help="The model's name in tables and file names [the hub id, or a local folder's name].")
+# A map of revision names to tokens, for series no built-in scheme reads (docs/revisions.md).
+TOKENS_PER_STEP = typer.Option(None, help="Tokens per training step, for a revision name that carries none.")
+REVISION_PATTERN = typer.Option(
+    None,
+    help="Regular expression for revision names no built-in scheme knows: its "
+    "group named step (or its only group) is the step, times --tokens-per-step.",
+)
+REVISION_TOKENS = typer.Option(
+    None,
+    help="Table of revisions with their tokens: .csv (columns revision, tokens, "
+    "step) or .json (a list of {revision, step, tokens}).",
+)
 
 
 # The screen config's options (parameter -> its ScreenConfig field, type and option), shared by every
@@ -196,28 +277,43 @@ NAME = typer.Option(None, help="The model's name in tables and file names [the h
 SCREEN_OPTIONS: dict[str, tuple[str, type, object]] = {
     "n_examples": ("n_examples", int, typer.Option(2000, "--n-examples", "-n", help="Probe sequences.")),
     "seq_len": ("seq_len", int, typer.Option(256, help="Probe sequence length T.")),
-    "batch_size": ("batch_size", int, typer.Option(16, "--batch-size", "-b",
-                                                   help="Micro-batch size (memory, not results).")),
+    "batch_size": (
+        "batch_size",
+        int,
+        typer.Option(16, "--batch-size", "-b", help="Micro-batch size (memory, not results)."),
+    ),
     "device": ("device", str, typer.Option("cpu", help="auto (cuda, else mps, else cpu), cpu, cuda[:N] or mps.")),
-    "dtype": ("dtype", str, typer.Option("float32", help="auto (the checkpoint's), float32|fp32, bfloat16|bf16 or "
-                                         "float16|fp16.")),
+    "dtype": (
+        "dtype",
+        str,
+        typer.Option("float32", help="auto (the checkpoint's), float32|fp32, bfloat16|bf16 or float16|fp16."),
+    ),
     "probe_seed": ("seed", int, typer.Option(42, "--seed", help="Probe seed.")),
     "id_low": ("id_low", int, typer.Option(100, help="Lowest filler token id.")),
     "id_high": ("id_high", int, typer.Option(10000, help="Filler ids are drawn below this.")),
     "prepend_bos": ("prepend_bos", bool, typer.Option(False, help="Prepend the tokenizer's BOS (first token = BOS).")),
     "probe": ("probe", str, typer.Option("synthetic", help="synthetic (reference batch) or natural (needs --texts).")),
     "texts": ("texts", Optional[Path], typer.Option(None, help="Corpus for the natural probe: .txt or .jsonl.")),
-    "baseline": ("baseline", str, typer.Option("reference", help="reference (the study's 50 positions) or clean "
-                                               "(without each example's own targets: no selectivity ceiling; "
-                                               "docs/definitions.md).")),
+    "baseline": (
+        "baseline",
+        str,
+        typer.Option(
+            "reference",
+            help="reference (the study's 50 positions) or clean "
+            "(without each example's own targets: no selectivity ceiling; "
+            "docs/definitions.md).",
+        ),
+    ),
 }
 
 
 def with_screen_options(command: Callable) -> Callable:
     """Add the screen config's options to a command, which receives them as one validated `config`."""
     signature = inspect.signature(command)
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
-             for name, (_, kind, option) in SCREEN_OPTIONS.items()]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+        for name, (_, kind, option) in SCREEN_OPTIONS.items()
+    ]
 
     @functools.wraps(command)
     def wrapper(**kwargs):
@@ -259,25 +355,41 @@ def screen(
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     cache_dir: Optional[Path] = CACHE_DIR,
     all_heads: bool = typer.Option(False, "--all", help="Print every labelled head, not only the strongest."),
+    tokens_per_step: Optional[float] = TOKENS_PER_STEP,
+    revision_pattern: Optional[str] = REVISION_PATTERN,
+    revision_tokens: Optional[Path] = REVISION_TOKENS,
 ) -> None:
     """Screen one checkpoint: classify every head in one streamed pass."""
     from headtrace.models import preflight
+    from headtrace.revisions import NameMap
     from headtrace.screen import screen_checkpoint
     from headtrace.sources import checkpoint_location
     from headtrace.store import check_writable
 
     _quiet_transformers()
-    location, hub_revision, _ = checkpoint_location(model, revision)
+    names = NameMap(tokens_per_step, revision_pattern, NameMap.read_table(revision_tokens) if revision_tokens else ())
+    location, hub_revision, tokens = checkpoint_location(model, revision, names)
     cache = str(cache_dir) if cache_dir else None
     with console.status(f"checking {escape(model)}"):
         config, _ = preflight(location, config, hub_revision, trust_remote_code, cache)
     if out:
         check_writable(out)
     name = name or _default_name(model)
-    with on_interrupt("nothing was written", again="run it again"), \
-            progress_bar(f"screen {name}", waiting=f"load {_label(name, revision)}") as advance:
-        result = screen_checkpoint(model, revision=revision, config=config, out=str(out) if out else None,
-                                   progress=advance, name=name, trust_remote_code=trust_remote_code, cache_dir=cache)
+    with (
+        on_interrupt("nothing was written", again="run it again"),
+        progress_bar(f"screen {name}", waiting=f"load {_label(name, revision)}") as advance,
+    ):
+        result = screen_checkpoint(
+            model,
+            revision=revision,
+            config=config,
+            out=str(out) if out else None,
+            progress=advance,
+            name=name,
+            trust_remote_code=trust_remote_code,
+            cache_dir=cache,
+            tokens=tokens,
+        )
     print_screen_summary(result, all_heads)
     if out:
         console.print(f"results written to {out}/", highlight=False, markup=False)
@@ -294,12 +406,19 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
     import torch
 
     from headtrace.organism import train
+    from headtrace.organism.config import REVISIONS_FILE
 
     _quiet_transformers()  # its "Writing model shards" bar at every checkpoint would bury ours
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console) as bar:
         task = bar.add_task(f"train {label}", total=organism.train.steps, loss="-")
 
@@ -310,24 +429,34 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
             result = train(out, organism, on_step=on_step, watch=watch)
         except KeyboardInterrupt:
             bar.stop()
-            listed = out / "revisions.json"
+            listed = out / REVISIONS_FILE
             kept = len(json.loads(listed.read_text())) if listed.is_file() else 0
             screened = f"; {len(watch.screened)} screens in {escape(str(watch.out))}/" if watch is not None else ""
-            console.print(f"interrupted: {kept} finished checkpoints in {escape(str(out))}/ are usable (listed in "
-                          f"revisions.json){screened}; train again with the same settings to start over",
-                          highlight=False)
+            console.print(
+                f"interrupted: {kept} finished checkpoints in {escape(str(out))}/ are usable (listed in "
+                f"{REVISIONS_FILE}){screened}; train again with the same settings to start over",
+                highlight=False,
+            )
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             torch.set_num_threads(previous_threads)
     if result.reused:
-        console.print(f"{escape(str(out))}/ already holds this organism ({len(result.checkpoints)} checkpoints): "
-                      "reused", highlight=False)
+        console.print(
+            f"{escape(str(out))}/ already holds this organism ({len(result.checkpoints)} checkpoints): reused",
+            highlight=False,
+        )
     else:
-        screened = (f", {len(result.screened)} revisions screened during training ({watch.screen_s:.0f} s)"
-                    if watch is not None else "")
-        console.print(f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in "
-                      f"{escape(str(out))}/{screened} "
-                      f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})", highlight=False)
+        screened = (
+            f", {len(result.screened)} revisions screened during training ({watch.screen_s:.0f} s)"
+            if watch is not None
+            else ""
+        )
+        console.print(
+            f"trained {label} in {result.wall_s:.0f} s: {len(result.checkpoints)} checkpoints in "
+            f"{escape(str(out))}/{screened} "
+            f"(final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f})",
+            highlight=False,
+        )
     return result
 
 
@@ -349,94 +478,67 @@ def train_organism(
     organism.validate()
     out = out or Path("organisms") / arch
     _train_with_progress(organism, out, arch, threads)
-    console.print(f"screen it: write a panel with source = \"organism\", path = \"{escape(str(out))}\", then "
-                  "headtrace run PANEL",
-                  highlight=False)
+    console.print(
+        f'screen it: write a panel with source = "organism", path = "{escape(str(out))}", then headtrace run PANEL',
+        highlight=False,
+    )
 
 
 @app.command()
 def demo(
-    out: Path = typer.Option(Path("demo-output"), "--out", "-o", help="Where the organisms, panel, results and "
-                             "report go."),
+    out: Path = typer.Option(
+        Path("demo-output"), "--out", "-o", help="Where the organisms, panel, results and report go."
+    ),
     compare: bool = typer.Option(False, help="Also train an MoE (OLMoE-style) organism on the same data."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     n_examples: int = typer.Option(256, "--n-examples", "-n", help="Probe sequences per checkpoint."),
     seed: int = typer.Option(0, help="Seed of the organisms' initialisation and data."),
     threads: int = typer.Option(1, min=1, help="Torch threads for training."),
-    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Train N organisms (seeds SEED .. SEED+N-1) as "
-                                        "one seed family and report each finding across seeds; about N times the "
-                                        "plain demo's time (e.g. --seeds 3)."),
+    seeds: Optional[int] = typer.Option(
+        None,
+        "--seeds",
+        min=1,
+        help="Train N organisms (seeds SEED .. SEED+N-1) as "
+        "one seed family and report each finding across seeds; about N times the "
+        "plain demo's time (e.g. --seeds 3).",
+    ),
 ) -> None:
     """Watch circuits form, offline: train the organism, screening it as it trains; ablate the final
     checkpoint, write the report."""
     import time
 
-    if seeds is not None:
-        return _family_demo(out, seeds, seed, steps, n_examples, threads, compare)
-
-    from headtrace.organism.demo import DemoPaths, demo_organisms, demo_screen, panel_toml
-    from headtrace.report import build_report
-    from headtrace.store import check_writable
-    from headtrace.trajectory import write_findings
-    from headtrace.watch import Watcher
+    from headtrace.organism.demo import run_demo
 
     started = time.perf_counter()
-    paths = DemoPaths(out)
-    organisms = demo_organisms(compare=compare, steps=steps, seed=seed)
-    first = next(iter(organisms.values()))
-    screen_config = demo_screen(first.corpus, n_examples)
-    screen_config.validate()  # before training: a bad setting must not cost the minutes of training
-    for organism in organisms.values():
-        organism.validate()
-    check_writable(out)
-    for model, organism in organisms.items():  # screened at its checkpoint steps; only the final one is saved
-        watch = Watcher(paths.results, model, screen_config, revisions=None)
-        _train_with_progress(organism, paths.organism(model), model, threads, watch=watch)
-    models = {m: str(paths.organism(m).relative_to(out)) for m in organisms}
-    paths.panel.write_text(panel_toml("demo", screen_config, models, ablation_draws=10))
-    run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
-        gpus_per_task=None, cpus_per_task=1.0, max_retries=3)
-    write_findings(paths.results)
-    page = build_report(paths.results)
-    _print_organism_trajectories(paths.results)
+
+    def train(organism, folder: Path, model: str, watch=None):
+        return _train_with_progress(organism, folder, model, threads, watch=watch)
+
+    def run_panel_file(panel: Path, results: Path) -> None:
+        _run_panel_file(panel, results, threads=threads)
+
+    outcome = run_demo(
+        out, train, run_panel_file, compare=compare, steps=steps, n_examples=n_examples, seed=seed, seeds=seeds
+    )
+    paths = outcome.paths
+    if seeds is None:
+        _print_organism_trajectories(paths.results)
+    else:
+        _print_family_findings(outcome.findings, seeds)
     console.print(f"findings: {escape(str(paths.results / 'findings.md'))}", highlight=False)
-    console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
-                  f"[bold]{escape(str(page.resolve()))}[/]\nre-screen with: headtrace run {escape(str(paths.panel))} "
-                  f"--out {escape(str(paths.results))}", highlight=False)
+    console.print(
+        f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
+        f"[bold]{escape(str(outcome.report.resolve()))}[/]\nre-screen with: headtrace run "
+        f"{escape(str(paths.panel))} --out {escape(str(paths.results))}",
+        highlight=False,
+    )
 
 
-def _family_demo(out: Path, n_seeds: int, first_seed: int, steps: Optional[int], n_examples: int, threads: int,
-                 compare: bool) -> None:
-    """`headtrace demo --seeds N`: the demo's organism trained with N seeds as one seed family
-    (families.py), screened, its findings summarised across seeds, and the report."""
-    import time
+def _print_family_findings(table, n_seeds: int) -> None:
+    """`demo --seeds N`: each family's findings across seeds."""
+    from headtrace.family_findings import family_rows
 
-    from headtrace.families import family_rows, train_pending
-    from headtrace.organism.demo import DemoPaths, demo_organisms, demo_screen, family_panel_toml
-    from headtrace.panel import load_panel
-    from headtrace.report import build_report
-    from headtrace.store import check_writable
-    from headtrace.trajectory import write_findings
-
-    if compare:
-        raise HeadtraceError("--seeds and --compare do not combine; run them one at a time")
-    started = time.perf_counter()
-    paths = DemoPaths(out)
-    organism = demo_organisms(steps=steps, seed=first_seed)["organism-dense"]
-    organism.validate()  # before anything is written or trained
-    screen_config = demo_screen(organism.corpus, n_examples)
-    screen_config.validate()
-    check_writable(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths.panel.write_text(family_panel_toml("demo", screen_config, list(range(first_seed, first_seed + n_seeds)),
-                                             steps, ablation_draws=10))
-    train_pending(load_panel(paths.panel), lambda organism, folder, label: _train_with_progress(organism, folder,
-                                                                                                 label, threads))
-    run(paths.panel, out=paths.results, executor="local", address=None, keep_checkpoints=False, prefetch=True,
-        gpus_per_task=None, cpus_per_task=1.0, max_retries=3)
-    table = family_rows(write_findings(paths.results))
-    page = build_report(paths.results)
-    for family, rows in table.groupby("family", sort=False):
+    for family, rows in family_rows(table).groupby("family", sort=False):
         shown = Table(title=f"{escape(family)}: {n_seeds} seeds, each finding across seeds", show_lines=True)
         shown.add_column("finding", ratio=2, overflow="fold")
         shown.add_column("status", no_wrap=True)
@@ -444,10 +546,6 @@ def _family_demo(out: Path, n_seeds: int, first_seed: int, steps: Optional[int],
         for row in rows.itertuples():
             shown.add_row(escape(f"{row.finding} {row.title}"), _status(row.status), escape(row.statement))
         out_console.print(shown)
-    console.print(f"findings: {escape(str(paths.results / 'findings.md'))}", highlight=False)
-    console.print(f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
-                  f"[bold]{escape(str(page.resolve()))}[/]\nre-screen with: headtrace run {escape(str(paths.panel))} "
-                  f"--out {escape(str(paths.results))}", highlight=False)
 
 
 def _print_organism_trajectories(results_dir: Path) -> None:
@@ -461,9 +559,14 @@ def _print_organism_trajectories(results_dir: Path) -> None:
             shown.add_column(column, justify="left" if column == "revision" else "right", no_wrap=True)
         for revision, heads in rows.groupby("revision", sort=False):
             best = heads.loc[heads.sel_induction.idxmax()]
-            shown.add_row(revision, _tokens_text(best.tokens), f"{best.top1:.2f}",
-                          f"{best.head_id} {best.sel_induction:.0f}x", str(int(heads.induction_circuit.sum())),
-                          f"{heads.sink.mean():.0%}")
+            shown.add_row(
+                revision,
+                _tokens_text(best.tokens),
+                f"{best.top1:.2f}",
+                f"{best.head_id} {best.sel_induction:.0f}x",
+                str(int(heads.induction_circuit.sum())),
+                f"{heads.sink.mean():.0%}",
+            )
         out_console.print(shown)
 
 
@@ -477,16 +580,18 @@ def print_ablation(result) -> None:
 
     table = result.table
     first = table.iloc[0]
-    shown = Table(title=escape(f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})"))
-    for column in ("condition", "heads", "top-1", "top-5", "loss", "logit"):
-        shown.add_column(column, justify="left" if column in ("condition", "heads") else "right")
+    title = escape(f"{first.model} {first.revision}".strip() + f": ablating {first.circuit} ({first['mode']})")
     metrics = ("top1", "top5", "loss", "mean_logit_answer")
-    deciding = metrics.index(first.decided_by)
-    shown.columns[2 + deciding].header += "*"
-    shown.caption = "* the deciding metric; 95%: the draws' 2.5-97.5 percentiles"
+    names = [
+        name + ("*" if metric == first.decided_by else "")
+        for name, metric in zip(("top-1", "top-5", "loss", "logit"), metrics)
+    ]
+    # Numbers stay whole; the heads wrap between ids.
+    columns = {"condition": {}, "heads": {}, **{name: {"justify": "right", "no_wrap": True} for name in names}}
+    rows: list[list[str]] = []
 
     def add(label: str, heads: str, values) -> None:
-        shown.add_row(label, heads, *values)
+        rows.append([label, heads.replace(",", ", "), *values])
 
     for row in table.itertuples():
         if row.condition == "random":
@@ -498,22 +603,32 @@ def print_ablation(result) -> None:
             summaries = [random_draws_summary(random[m]) for m in metrics]
             add("random (mean)", heads, [f"{mean:.3f}" for mean, _, _ in summaries])
             add("random (95%)", "", [f"{low:.3f}-{high:.3f}" for _, low, high in summaries])
+    shown = fitted_table(title, columns, rows)
+    shown.caption = "* the deciding metric; 95%: the draws' 2.5-97.5 percentiles"
     out_console.print(shown)
     shortfall = int(table.shortfall.max())
     if shortfall:
-        console.print(f"[bold yellow]shortfall:[/] the circuit's layers hold too few other heads: each matched-random "
-                      f"set has {shortfall} head(s) fewer than the circuit (column shortfall), which favours "
-                      "'necessary'", highlight=False)
+        console.print(
+            f"[bold yellow]shortfall:[/] the circuit's layers hold too few other heads: each matched-random "
+            f"set has {shortfall} head(s) fewer than the circuit (column shortfall), which favours "
+            "'necessary'",
+            highlight=False,
+        )
     style = "green" if first.verdict == "necessary" else "yellow"
     chosen = json.loads(first.config_json).get("metric", "auto")
-    why = (f"set by --metric {chosen}" if chosen != "auto" else
-           f"clean top-1 {table.top1.iloc[0]:.3f} {'>=' if first.decided_by == 'top1' else '<'} {MIN_TOP1:g}")
+    why = (
+        f"set by --metric {chosen}"
+        if chosen != "auto"
+        else f"clean top-1 {table.top1.iloc[0]:.3f} {'>=' if first.decided_by == 'top1' else '<'} {MIN_TOP1:g}"
+    )
     out_console.print(f"deciding metric: {first.decided_by} ({why})", highlight=False)
     out_console.print(
         f"differential ({first.decided_by}; damage(circuit) - damage(random)): {first.differential:+.4f} "
         f"[{first.differential_low:+.4f}, {first.differential_high:+.4f}] (95% bootstrap over examples and draws) "
         f"-> [{style}]{first.verdict}[/]   (circuit: {first.circuit_heads}, from {result.circuit_source}; "
-        f"{int(first.n_examples)} examples, {result.wall_s:.1f} s)", highlight=False)
+        f"{int(first.n_examples)} examples, {result.wall_s:.1f} s)",
+        highlight=False,
+    )
 
 
 @app.command()
@@ -521,22 +636,34 @@ def print_ablation(result) -> None:
 def ablate(
     config,
     model: str = MODEL,
-    circuit: str = typer.Option(..., help="induction, previous-token (best class previous-token, >= 100x), "
-                                "previous-token-any (>= 100x), sink (the screen's all-head sets); pr-top:K (the K "
-                                "heads of highest time-integrated PR over the revisions in --out); or heads like "
-                                "L2H11,L4H12."),
+    circuit: str = typer.Option(
+        ...,
+        help="induction, previous-token (best class previous-token, >= 100x), "
+        "previous-token-any (>= 100x), sink (the screen's all-head sets); pr-top:K (the K "
+        "heads of highest time-integrated PR over the revisions in --out); or heads like "
+        "L2H11,L4H12.",
+    ),
     revision: Optional[str] = REVISION,
-    draws: int = typer.Option(20, "--draws", "--seeds", help="Matched-random head sets (same layers, same count "
-                              "per layer), each drawn with its own seed."),
+    draws: int = typer.Option(
+        20,
+        "--draws",
+        "--seeds",
+        help="Matched-random head sets (same layers, same count per layer), each drawn with its own seed.",
+    ),
     mode: str = typer.Option("zero", help="zero, or mean (the head's mean output over the probe)."),
     seed: int = typer.Option(0, "--ablation-seed", help="Seed of the random draws and the bootstrap."),
     n_bootstrap: int = typer.Option(2000, help="Bootstrap resamples for the differential's interval."),
     singles: bool = typer.Option(True, help="Also ablate each circuit head alone."),
-    metric: str = typer.Option("auto", help="Deciding metric: top1 or loss [auto: top1 when the clean top-1 "
-                               "is >= 0.1, else loss]."),
+    metric: str = typer.Option(
+        "auto", help="Deciding metric: top1 or loss [auto: top1 when the clean top-1 is >= 0.1, else loss]."
+    ),
     stack: int = typer.Option(8, help="Conditions per forward pass (memory, not results)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory: reads a stored screen from it "
-                                       "and writes ablations/<model>@<revision>.parquet."),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Results directory: reads a stored screen from it and writes ablations/<model>@<revision>.parquet.",
+    ),
     name: Optional[str] = NAME,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     cache_dir: Optional[Path] = CACHE_DIR,
@@ -548,8 +675,16 @@ def ablate(
     from headtrace.store import check_writable
 
     _quiet_transformers()
-    ablation = AblationConfig(circuit=circuit, draws=draws, mode=mode, seed=seed, n_bootstrap=n_bootstrap,
-                              singles=singles, stack=stack, metric=metric)
+    ablation = AblationConfig(
+        circuit=circuit,
+        draws=draws,
+        mode=mode,
+        seed=seed,
+        n_bootstrap=n_bootstrap,
+        singles=singles,
+        stack=stack,
+        metric=metric,
+    )
     ablation.validate()
     location, hub_revision, _ = checkpoint_location(model, revision)
     cache = str(cache_dir) if cache_dir else None
@@ -558,11 +693,22 @@ def ablate(
     if out:
         check_writable(out)
     name = name or _default_name(model)
-    with on_interrupt("nothing was written", again="run it again"), \
-            progress_bars(f"screen {name}", "ablate", waiting=f"load {_label(name, revision)}") as (screening, ablating):
-        result = ablate_checkpoint(model, revision, config, ablation, out=out, screen_progress=screening,
-                                   progress=ablating, name=name, trust_remote_code=trust_remote_code,
-                                   cache_dir=cache)
+    with (
+        on_interrupt("nothing was written", again="run it again"),
+        progress_bars(f"screen {name}", "ablate", waiting=f"load {_label(name, revision)}") as (screening, ablating),
+    ):
+        result = ablate_checkpoint(
+            model,
+            revision,
+            config,
+            ablation,
+            out=out,
+            screen_progress=screening,
+            progress=ablating,
+            name=name,
+            trust_remote_code=trust_remote_code,
+            cache_dir=cache,
+        )
     print_ablation(result)
     if out:
         console.print(f"results written to {out}/ablations/", highlight=False, markup=False)
@@ -574,25 +720,38 @@ def _status(status: str) -> str:
     return f"[{style}]{escape(status)}[/]" if style else escape(status)
 
 
-STATUS_STYLE = {"holds": "green", "does not hold": "yellow", "not measurable": "dim", "sharp": "cyan",
-                "gradual": "cyan", "as expected": "green", "differs": "yellow"}
+STATUS_STYLE = {
+    "holds": "green",
+    "does not hold": "yellow",
+    "not measurable": "dim",
+    "sharp": "cyan",
+    "gradual": "cyan",
+    "as expected": "green",
+    "differs": "yellow",
+}
 
 
 @app.command()
 def findings(
     results: Path = typer.Argument(..., help="Results directory (from screen, run or import-reference)."),
     sharp_share: Optional[float] = typer.Option(
-        None, help="F2: sharp when the largest adjacent-revision jump is >= this share of the total rise [0.5]."),
+        None, help="F2: sharp when the largest adjacent-revision jump is >= this share of the total rise [0.5]."
+    ),
     early_share: Optional[float] = typer.Option(
-        None, help="F4: early when recall reaches 2/3 within this share of training tokens [0.1]."),
+        None, help="F4: early when recall reaches 2/3 within this share of training tokens [0.1]."
+    ),
     pr_rise_fraction: Optional[float] = typer.Option(
-        None, help="F5: PR is elevated at this fraction of its largest rise above its running minimum [0.5]."),
+        None, help="F5: PR is elevated at this fraction of its largest rise above its running minimum [0.5]."
+    ),
     panel: Optional[Path] = typer.Option(
-        None, help="Panel file whose models state expected results (expect = { F2 = \"gradual\" }); kept in "
-        "RESULTS/expect.json for later calls and the report."),
+        None,
+        help='Panel file whose models state expected results (expect = { F2 = "gradual" }); kept in '
+        "RESULTS/expect.json for later calls and the report.",
+    ),
 ) -> None:
     """Findings F1-F6 per model; writes findings.parquet and findings.md into the results directory."""
-    from headtrace.trajectory import TrajectoryConfig, write_findings
+    from headtrace.findings import write_findings
+    from headtrace.trajectory import TrajectoryConfig
 
     expect = None
     if panel is not None:
@@ -601,17 +760,21 @@ def findings(
         expect = load_panel(panel).expectations
     options = {"sharp_share": sharp_share, "early_share": early_share, "pr_rise_fraction": pr_rise_fraction}
     with console.status(f"computing the findings of {escape(str(results))}"):
-        table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}),
-                               expect)
-    shown = Table(title=f"findings: {escape(str(results))}", show_lines=True)
-    # Widths in proportion to the terminal's, so that the statements wrap instead of collapsing.
-    shown.add_column("model", overflow="fold", ratio=2)
-    shown.add_column("finding", overflow="fold", ratio=2)
+        table = write_findings(results, TrajectoryConfig(**{k: v for k, v in options.items() if v is not None}), expect)
+    models = [row.model if isinstance(row.model, str) else f"{row.family} (across seeds)" for row in table.itertuples()]
+    single = len(set(models)) == 1  # then the title names the model, and the statements have its column's width
+    shown = Table(
+        title=f"findings: {escape(str(results))}" + (f" ({escape(models[0])})" if single else ""), show_lines=True
+    )
+    # The statements take what the other columns leave, and wrap.
+    if not single:
+        shown.add_column("model", overflow="fold", ratio=1)
+    shown.add_column("finding", max_width=16)
     shown.add_column("status", no_wrap=True)
-    shown.add_column("statement", overflow="fold", ratio=6)
-    for row in table.itertuples():
-        model = row.model if isinstance(row.model, str) else f"{row.family} (across seeds)"
-        shown.add_row(escape(model), escape(f"{row.finding} {row.title}"), _status(row.status), escape(row.statement))
+    shown.add_column("statement", overflow="fold", ratio=3)
+    for model, row in zip(models, table.itertuples()):
+        cells = [escape(f"{row.finding} {row.title}"), _status(row.status), escape(row.statement)]
+        shown.add_row(*([] if single else [escape(model)]), *cells)
     out_console.print(shown)
     console.print(f"written: {results / 'findings.parquet'}, {results / 'findings.md'}", highlight=False, markup=False)
 
@@ -635,8 +798,9 @@ def import_reference(
     runs = pd.concat([pd.read_parquet(path) for path in written], ignore_index=True)
     for line in provenance(runs):
         console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
-    console.print(f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}", highlight=False,
-                  markup=False)
+    console.print(
+        f"imported {len(written)} revisions into {out}/; next: headtrace findings {out}", highlight=False, markup=False
+    )
 
 
 @app.command()
@@ -649,29 +813,54 @@ def report(
 
     with console.status(f"drawing the report of {escape(str(results))}"):
         page = build_report(results, out)
-    console.print(f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)", highlight=False, markup=False)
+    console.print(
+        f"report written: {page} (figures as PNG and SVG in {page.parent / 'figures'}/)", highlight=False, markup=False
+    )
+
+
 class RunProgress:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 
-    def __init__(self, progress: Progress, name: str):
-        self.progress, self.name = progress, name
+    def __init__(self, progress: Progress, name: str, threads: int = 1):
+        self.progress, self.name, self.threads = progress, name, threads
         # Listing revisions asks the hub (retried when it fails): a pulsing bar until the plan stands.
         self.planning = progress.add_task(f"list the revisions of {escape(name)}", total=None, info="")
+
+    def train(self, organism, folder: Path, model: str):
+        """Train an organism the panel asks for (`train = true`) with its own bar, this display paused."""
+        live = self.progress.live
+        kept, live.transient = live.transient, True  # stopped, it leaves nothing behind
+        self.progress.update(self.planning, visible=False)
+        self.progress.stop()
+        try:
+            return _train_with_progress(organism, folder, model, self.threads)
+        finally:
+            self.progress.start()
+            self.progress.update(self.planning, visible=True)
+            live.transient = kept
 
     def start(self, plan) -> None:
         self.progress.remove_task(self.planning)
         if plan.stale_lock:
             console.print(f"took over the lock of a run that died (pid {plan.stale_lock.get('pid')})", markup=False)
         done, todo = len(plan.skipped), len(plan.computed) + len(plan.recomputed)
-        console.print(f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
-                      + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
-                      + "".join(f", {len(t.todo)} to run {name}" + (f" ({len(t.kept)} done)" if t.kept else "")
-                                for name, t in plan.stages.items() if t.todo or t.kept))
+        console.print(
+            f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
+            + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
+            + "".join(
+                f", {len(t.todo)} to run {name}" + (f" ({len(t.kept)} done)" if t.kept else "")
+                for name, t in plan.stages.items()
+                if t.todo or t.kept
+            )
+        )
         for gap in plan.missing:
             console.print(f"[yellow]missing:[/] {escape(gap.text())}", highlight=False)
+        for note in plan.notes:
+            console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
         self.done, self.total = done, len(plan.planned)
-        self.panel = self.progress.add_task(f"panel {self.name}", total=self.total, completed=done,
-                                            info=f"{done}/{self.total} revisions")
+        self.panel = self.progress.add_task(
+            f"panel {self.name}", total=self.total, completed=done, info=f"{done}/{self.total} revisions"
+        )
         self.screen = self.progress.add_task("screen", total=None, visible=False, info="")
         self.download = self.progress.add_task("download", total=None, visible=False, info="")
 
@@ -716,79 +905,129 @@ def run(
     address: Optional[str] = typer.Option(None, help="Ray cluster to attach to (default: start one here)."),
     keep_checkpoints: bool = typer.Option(False, help="Keep downloaded checkpoints in the hub cache."),
     prefetch: bool = typer.Option(True, help="Download the next revision while screening (local executor)."),
-    gpus_per_task: Optional[float] = typer.Option(None, help="Ray: GPUs per task, fractions allowed "
-                                                  "(default: 1 on cuda, else 0)."),
+    gpus_per_task: Optional[float] = typer.Option(
+        None, help="Ray: GPUs per task, fractions allowed (default: 1 on cuda, else 0)."
+    ),
     cpus_per_task: float = typer.Option(1.0, help="Ray: CPUs per task."),
     max_retries: int = typer.Option(3, help="Ray: re-runs of a task whose worker died."),
 ) -> None:
     """Screen every (model, revision) of a panel; re-running resumes where it stopped."""
     from headtrace.executors import RayOptions
-    from headtrace.families import train_pending
-    from headtrace.panel import load_panel, run_panel
 
+    ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, max_retries=max_retries)
+    _run_panel_file(panel, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch, ray=ray)
+
+
+def _run_panel_file(
+    panel: Path,
+    out: Optional[Path],
+    executor: str = "local",
+    keep_checkpoints: bool = False,
+    prefetch: bool = True,
+    ray=None,
+    threads: int = 1,
+) -> None:
+    """`headtrace run` (the demo runs its panel file through it too); `threads`: torch threads of the
+    organisms it trains (`train = true`)."""
+    from headtrace.executors import RayOptions
+    from headtrace.panel import load_panel, run_panel
     from headtrace.schema import planned_ceilings
 
     _quiet_transformers()
     spec = load_panel(panel)
     out = out or Path("results") / spec.name
     warn_ceilings(spec.screen, planned_ceilings(spec.screen))
-    train_pending(spec, _train_with_progress)  # organisms of `train = true` entries not trained yet
     kept = f"finished revisions in {out}/ are kept and a re-run skips them"
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
-               TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(bar_width=24),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+    )
     with on_interrupt(kept), Progress(*columns, console=console) as progress:
-        display = RunProgress(progress, spec.name)
-        ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
-                         max_retries=max_retries)
-        result = run_panel(spec, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch,
-                           ray=ray, reporter=display, on_start=display.start)
+        display = RunProgress(progress, spec.name, threads)
+        result = run_panel(
+            spec,
+            out,
+            executor=executor,
+            keep_checkpoints=keep_checkpoints,
+            prefetch=prefetch,
+            ray=ray or RayOptions(),
+            reporter=display,
+            on_start=display.start,
+            train_one=display.train,
+        )
     for model, revision, same in result.identical:
-        console.print(f"[bold red]WARNING: identical weights:[/] {escape(model)} {escape(revision)} has the same "
-                      f"weight files as {escape(same)}; the source may serve the wrong checkpoint for one of them "
-                      "(cf. Pythia issue #205)", highlight=False)
-    console.print(f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
-                  + "".join(f", {len(t.done)} {name} done" for name, t in result.stages.items() if t.done)
-                  + f"); summary: headtrace results {out}", highlight=False, markup=False)
+        console.print(
+            f"[bold red]WARNING: identical weights:[/] {escape(model)} {escape(revision)} has the same "
+            f"weight files as {escape(same)}; the source may serve the wrong checkpoint for one of them "
+            "(cf. Pythia issue #205)",
+            highlight=False,
+        )
+    console.print(
+        f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
+        + "".join(f", {len(t.done)} {name} done" for name, t in result.stages.items() if t.done)
+        + f"); summary: headtrace results {out}",
+        highlight=False,
+        markup=False,
+    )
     for name, tally in result.stages.items():
         for label, error in tally.failed.items():
             console.print(f"[bold yellow]{name} not run[/] for {escape(label)}: {escape(error)}", highlight=False)
     if result.stopped_by:
-        raise WorkFailed(f"the panel stopped at {result.stopped_by} (re-run the same command once "
-                         "that is fixed: finished revisions are kept)")
-    failed = [f"{len(result.failed)} of {len(result.planned)} revisions failed ({', '.join(result.failed)})"
-              if result.failed else ""]
-    failed += [f"{name} did not run for {', '.join(t.failed)}"
-               for name, t in result.stages.items() if t.failed]
+        raise WorkFailed(
+            f"the panel stopped at {result.stopped_by} (re-run the same command once "
+            "that is fixed: finished revisions are kept)"
+        )
+    failed = [
+        f"{len(result.failed)} of {len(result.planned)} revisions failed ({', '.join(result.failed)})"
+        if result.failed
+        else ""
+    ]
+    failed += [f"{name} did not run for {', '.join(t.failed)}" for name, t in result.stages.items() if t.failed]
     if any(failed):
-        raise WorkFailed("; ".join(f for f in failed if f) + "; fix the cause and re-run the same command: "
-                         "finished revisions are kept")
+        raise WorkFailed(
+            "; ".join(f for f in failed if f) + "; fix the cause and re-run the same command: "
+            "finished revisions are kept"
+        )
 
 
 def _tokens_text(tokens: float) -> str:
-    if tokens != tokens:  # NaN: unknown
-        return ""
-    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if tokens >= scale:
-            return f"{tokens / scale:.3g}{unit}"
-    return f"{tokens:.0f}"
+    """Tokens as the findings and the report write them (empty when unknown)."""
+    from headtrace.trajectory import tokens_label
+
+    return tokens_label(tokens) if tokens == tokens else ""
 
 
 def _revision_cells(model: str, revision: str, heads, row) -> list[str]:
     """One revision's summary: model, revision, tokens, top-1, induction heads, sink heads, underflow."""
     circuit = list(heads.loc[heads.induction_circuit, "head_id"])
     shown = ", ".join(circuit[:4]) + (", ..." if len(circuit) > 4 else "")
-    return [escape(model), escape(revision), _tokens_text(row.tokens), f"{row.top1:.3f}",
-            f"{len(circuit)} ({shown})" if circuit else "0",
-            f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}", str(int(heads.baseline_underflow.sum()))]
+    top1 = "-" if row.top1 != row.top1 else f"{row.top1:.3f}"  # NaN: not measured (imported reference results)
+    return [
+        escape(model),
+        escape(revision),
+        _tokens_text(row.tokens),
+        top1,
+        f"{len(circuit)} ({shown})" if circuit else "0",
+        f"{int(heads.sink.sum())}/{len(heads)} = {heads.sink.mean():.1%}",
+        str(int(heads.baseline_underflow.sum())),
+    ]
 
 
 @app.command()
 def results(
     out: Path = typer.Argument(..., help="Results directory written by `headtrace run` or `screen --out`."),
-    save: Optional[Path] = typer.Option(None, help="Also save the one-table view: .parquet, .csv or .json (the "
-                                        "extension names the format)."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Then keep watching: print each revision as it is "
-                                "screened (a training run's HeadtraceCallback or Watcher, or a panel); Ctrl-C ends."),
+    save: Optional[Path] = typer.Option(
+        None, help="Also save the one-table view: .parquet, .csv or .json (the extension names the format)."
+    ),
+    follow: bool = typer.Option(
+        False,
+        "--follow",
+        "-f",
+        help="Then keep watching: print each revision as it is "
+        "screened (a training run's HeadtraceCallback or Watcher, or a panel); Ctrl-C ends.",
+    ),
     interval: float = typer.Option(1.0, min=0.01, help="--follow: seconds between looks at the runs folder."),
     timeout: Optional[float] = typer.Option(None, min=0, help="--follow: stop after this many seconds (exit 0)."),
 ) -> None:
@@ -804,18 +1043,46 @@ def results(
         return
     table = load_results(out)
     runs = table.drop_duplicates(["model", "revision"])
-    summary = Table(title=f"{escape(str(out))}: {len(runs)} revisions, {len(table)} heads")
-    for column in ("model", "revision", "tokens", "top-1", "induction heads", "sink heads", "underflow",
-                   "same weights as"):
-        summary.add_column(column, justify="right" if column in ("tokens", "top-1", "underflow") else "left")
-    for (model, revision), heads in table.groupby(["model", "revision"], sort=False):
-        row = heads.iloc[0]
-        summary.add_row(*_revision_cells(model, revision, heads, row),
-                        row.same_weights_as if isinstance(row.same_weights_as, str) else "")
-    out_console.print(summary)
+    single = runs.model.nunique() == 1  # then the title names the model
+    title = (
+        f"{escape(str(out))}: {len(runs)} revisions"
+        + (f" of {escape(runs.model.iloc[0])}" if single else "")
+        + (f", {len(table)} heads")
+    )
+    right = {"justify": "right", "no_wrap": True}
+    columns = {
+        "model": {"overflow": "fold"},
+        "revision": {"overflow": "fold"},
+        "tokens": right,
+        "top-1": right,
+        "induction heads": {},
+        "sink heads": {},
+        "underflow": right,
+        "same weights as": {"overflow": "fold"},
+    }
+    rows = [
+        [*_revision_cells(model, revision, heads, heads.iloc[0]), escape(same) if isinstance(same, str) else ""]
+        for (model, revision), heads in table.groupby(["model", "revision"], sort=False)
+        for same in [heads.same_weights_as.iloc[0]]
+    ]
+    if single:
+        del columns["model"]
+        rows = [row[1:] for row in rows]
+    # Columns with nothing to say go first when the terminal is narrow.
+    empty = [
+        name
+        for name, nothing in (
+            ("same weights as", runs.same_weights_as.isna().all()),
+            ("underflow", not table.baseline_underflow.any()),
+        )
+        if nothing
+    ]
+    out_console.print(fitted_table(title, columns, rows, drop=empty))
     if runs.same_weights_as.notna().any():
-        console.print("[bold red]WARNING:[/] some revisions have identical weight files (column "
-                      "same_weights_as): the source may serve the wrong checkpoint for them")
+        console.print(
+            "[bold red]WARNING:[/] some revisions have identical weight files (column "
+            "same_weights_as): the source may serve the wrong checkpoint for them"
+        )
     if save:
         save_table(table, save)
         console.print(f"saved {len(table)} rows to {save}", highlight=False, markup=False)
@@ -823,37 +1090,42 @@ def results(
 
 def _follow(out: Path, interval: float, timeout: Optional[float]) -> None:
     """`results --follow`: one line per revision, the finished ones first, then each new one as its
-    run record appears (written last, so its heads table is complete); polls the runs folder."""
-    import time
-
-    from headtrace.store import HEADS, RUNS, ResultsDir, read_table
+    run record appears (written last, so its heads table is complete)."""
+    from headtrace.store import HEADS, RUNS, new_shards, read_table
 
     shown: set[str] = set()
-    started = time.monotonic()
 
-    def show_new() -> None:
-        runs = out / RUNS
-        fresh = [name for name in ResultsDir(out).completed_shards() if name not in shown]
-        # In the order they were written: a training run's revisions in training order.
-        for name in sorted(fresh, key=lambda n: ((runs / n).stat().st_mtime_ns, n)):
-            try:
-                run = read_table(runs / name).iloc[0]
-                heads = read_table(out / HEADS / name)
-            except (HeadtraceError, FileNotFoundError) as exc:
-                console.print(f"[yellow]skipped[/] {escape(name)}: {escape(str(exc))}", highlight=False)
-            else:
-                cells = _revision_cells(str(run.model), str(run.revision), heads, run)
-                out_console.print("  ".join([cells[0], cells[1], f"tokens {cells[2] or '-'}", f"top-1 {cells[3]}",
-                                             f"induction heads {cells[4]}", f"sinks {cells[5]}"]), highlight=False)
-            shown.add(name)
+    def show(name: str) -> None:
+        try:
+            run = read_table(out / RUNS / name).iloc[0]
+            heads = read_table(out / HEADS / name)
+        except (HeadtraceError, FileNotFoundError) as exc:
+            console.print(f"[yellow]skipped[/] {escape(name)}: {escape(str(exc))}", highlight=False)
+        else:
+            cells = _revision_cells(str(run.model), str(run.revision), heads, run)
+            out_console.print(
+                "  ".join(
+                    [
+                        cells[0],
+                        cells[1],
+                        f"tokens {cells[2] or '-'}",
+                        f"top-1 {cells[3]}",
+                        f"induction heads {cells[4]}",
+                        f"sinks {cells[5]}",
+                    ]
+                ),
+                highlight=False,
+            )
+        shown.add(name)
 
     try:
-        show_new()
-        console.print(f"following {escape(str(out))}/ ({len(shown) or 'no'} revisions yet; Ctrl-C ends)",
-                      highlight=False)
-        while timeout is None or time.monotonic() - started < timeout:
-            time.sleep(interval if timeout is None else max(0.0, min(interval, timeout - (time.monotonic() - started))))
-            show_new()
+        for looks, fresh in enumerate(new_shards(out, interval, timeout)):
+            for name in fresh:
+                show(name)
+            if not looks:
+                console.print(
+                    f"following {escape(str(out))}/ ({len(shown) or 'no'} revisions yet; Ctrl-C ends)", highlight=False
+                )
     except KeyboardInterrupt:
         console.print(f"stopped following {escape(str(out))}/ ({len(shown)} revisions)", highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED) from None

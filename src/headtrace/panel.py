@@ -12,7 +12,9 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     source = "hub"                       # hub | local | organism
     revisions = ["step1", "step4"]       # or "log:10" (log-spaced by tokens) or "all"
     # path = "checkpoints/run1"          # local and organism sources (relative to this file)
-    # tokens_per_step = 4194304          # stepN names of schemes headtrace does not know
+    # tokens_per_step = 4194304          # names headtrace cannot read tokens from (docs/revisions.md):
+    # revision_pattern = "ckpt-(\\d+)"    # ... the step of names no scheme knows, x tokens_per_step
+    # revision_tokens = "tokens.csv"     # ... or a table of names with their tokens (and steps)
     # expect = { F2 = "gradual" }        # expected result of a measurement finding: as expected / differs
     # dtype = "float16"                  # this model's compute dtype (default: the [screen] dtype)
     # seeds = [1, 2, 3]                  # a seed family: {seed} in id (and path) names each member;
@@ -33,16 +35,12 @@ family's entry expands into one model per seed, whose shards carry `family` and 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import functools
 import hashlib
 import json
-import os
 import re
-import socket
-import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,18 +49,34 @@ from typing import Callable, Iterator, Sequence
 import pandas as pd
 
 from headtrace import __version__
-from headtrace.errors import DiskFull, HeadtraceError
-from headtrace.executors import (EXECUTORS, ExecutionOptions, QuietReporter, RayOptions, Reporter, Task, TaskResult,
-                                 TaskSettings)
-from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members, train_pending
-from headtrace.schema import FLAT_TYPES, SCHEMA_VERSION, ScreenConfig
+from headtrace.errors import HeadtraceError
+from headtrace.executors import (
+    EXECUTORS,
+    ExecutionOptions,
+    QuietReporter,
+    RayOptions,
+    Reporter,
+    Task,
+    TaskResult,
+    TaskSettings,
+)
+from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members
+from headtrace.organism.config import ORGANISM_FILE, Organism
+from headtrace.schema import DTYPES, FLAT_TYPES, ScreenConfig
+from headtrace.revisions import NameMap, selection_notes
 from headtrace.sources import SOURCES, CheckpointSource, RetryPolicy
 from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
-from headtrace.store import RUNS, ResultsDir, identical_weights, utc_now, write_json_atomic
+from headtrace.store import (
+    MANIFEST_SCHEMA,
+    OutputLock,
+    ResultsDir,
+    check_written_by_us,
+    identical_weights,
+    manifest_shards,
+    utc_now,
+    write_manifest,
+)
 from headtrace.trajectory import check_expectations
-
-MANIFEST_SCHEMA = 1
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 # --------------------------------------------------------------------------------------------
@@ -77,16 +91,16 @@ class ModelSpec:
     revisions: str | tuple[str, ...]
     source: str = "hub"
     path: str | None = None
-    tokens_per_step: float | None = None
+    names: NameMap = NameMap()  # the entry's map of revision names to tokens (revisions.py)
     expect: tuple[tuple[str, str], ...] = ()  # (finding, expected result), e.g. (("F2", "gradual"),)
     dtype: str | None = None  # the compute dtype of this model's screens (default: the [screen] dtype)
     family: str | None = None  # a seed family's name (families.py); None for a single model
     seed: int | None = None  # the member's training seed
-    organism: object | None = None  # organism.train.Organism to train when its folder lacks it (train = true)
+    organism: Organism | None = None  # what to train when its folder lacks it (train = true)
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
     def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
-        return SOURCES.get(self.source).make(self.id, self.path, self.tokens_per_step, retry)
+        return SOURCES.get(self.source).make(self.id, self.path, self.names, retry)
 
 
 @dataclass(frozen=True)
@@ -133,6 +147,8 @@ _MODEL_KEYS = {
     "path": "str",
     "revisions": "revisions",
     "tokens_per_step": "float",
+    "revision_pattern": "str",
+    "revision_tokens": "str",
     "expect": "table",
     "dtype": "str",
     "seeds": "seeds",
@@ -282,11 +298,8 @@ def load_panel(path: str | Path) -> Panel:
                 raise check.fail(table, None, f"model '{values['id']}' has source = \"{source}\" but no path")
             values["path"] = str((base / values["path"]).resolve())
         elif "path" in values:
-            raise check.fail(
-                table, "path", f"model '{values['id']}' comes from the {source}: drop path, or set source"
-            )
-        if values.get("tokens_per_step") is not None and values["tokens_per_step"] <= 0:
-            raise check.fail(table, "tokens_per_step", "tokens_per_step must be positive")
+            raise check.fail(table, "path", f"model '{values['id']}' comes from the {source}: drop path, or set source")
+        values["names"] = _name_map(check, table, values, base)
         if "dtype" in values:
             check.choice(table, "dtype", values["dtype"], DTYPES)
         if "expect" in values:
@@ -302,8 +315,7 @@ def load_panel(path: str | Path) -> Panel:
     if not models:
         raise check.fail("", "models", "the panel names no models: add a [[models]] table")
 
-    stages = tuple(_stage_plan(check, name, values) for name, values in document.items()
-                   if name not in _ROOT_KEYS)
+    stages = tuple(_stage_plan(check, name, values) for name, values in document.items() if name not in _ROOT_KEYS)
     retry = RetryPolicy(**check.table(document.get("download", {}), _DOWNLOAD_KEYS, "download"))
     if retry.attempts < 1 or retry.backoff_s < 0:
         raise check.fail("download", None, "attempts must be >= 1 and backoff_s >= 0")
@@ -316,6 +328,28 @@ def load_panel(path: str | Path) -> Panel:
         path=str(path),
         sha256=hashlib.sha256(raw).hexdigest(),
     )
+
+
+def _name_map(check: _Checker, table: str, values: dict, base: Path) -> NameMap:
+    """An entry's `tokens_per_step`, `revision_pattern` and `revision_tokens` (a table file, relative to
+    the panel file) as one NameMap, each checked now; the keys leave `values`."""
+    readers = {
+        "tokens_per_step": lambda value: {"tokens_per_step": value},
+        "revision_pattern": lambda value: {"pattern": value},
+        "revision_tokens": lambda value: {"table": NameMap.read_table(base / value)},
+    }
+    parts: dict = {}
+    for key, read in readers.items():
+        value = values.pop(key, None)
+        if value is None:
+            continue
+        try:
+            part = read(value)
+            NameMap(**part)
+        except HeadtraceError as exc:
+            raise check.fail(table, key, str(exc)) from None
+        parts |= part
+    return NameMap(**parts)
 
 
 def _stage_plan(check: _Checker, name: str, values) -> StagePlan:
@@ -333,141 +367,92 @@ def _stage_plan(check: _Checker, name: str, values) -> StagePlan:
         raise check.fail(name, None, str(exc)) from None
 
 
-def plan(panel: Panel, missing: list[Gap] | None = None, models: Sequence[ModelSpec] | None = None) -> list[Task]:
+def plan(
+    panel: Panel,
+    missing: list[Gap] | None = None,
+    models: Sequence[ModelSpec] | None = None,
+    notes: list[str] | None = None,
+) -> list[Task]:
     """One task per (model, revision), every revision checked against the names that exist. A seed
     family's members are resolved together (families.select_members): revisions a member lacks go
-    to `missing`. `models`: plan only these (default: all)."""
+    to `missing`. `models`: plan only these (default: all). `notes`: what each selection left out
+    or cannot measure (revisions.selection_notes)."""
     tasks = []
     for group in groups(panel.models if models is None else models):
         sources = [model.checkpoint_source(panel.retry) for model in group]
         name = group[0].family or group[0].id
         where = f"{panel.path}:{group[0].line}: {name}" if panel.path else name
-        chosen, gaps = select_members(group, [source.revisions() for source in sources], where)
+        catalogs = [source.revisions() for source in sources]
+        chosen, gaps = select_members(group, catalogs, where)
         tasks += [Task(source, revision) for source, revisions in zip(sources, chosen) for revision in revisions]
         if missing is not None:
             missing += gaps
+        if notes is not None:
+            for model, catalog, revisions in zip(group, catalogs, chosen):
+                label = where if len(group) == 1 else f"{where} ({model.id})"
+                notes += selection_notes(catalog, revisions, group[0].revisions, label)
     return tasks
+
+
+# --------------------------------------------------------------------------------------------
+# Training the organisms a panel asks for.
+
+Trainer = Callable[[Organism, Path, str], object]  # (organism, folder, model id): train it there
+
+
+def untrained(models: Sequence[ModelSpec], where: str = "panel") -> list[ModelSpec]:
+    """Members with `train = true` whose folder does not hold their organism, complete. A folder that
+    holds something else is refused now, before any training."""
+    pending = []
+    for model in models:
+        if model.organism is None:
+            continue
+        folder = Path(model.path)
+        if not folder.is_dir() or not any(folder.iterdir()):
+            pending.append(model)
+            continue
+        try:
+            meta = json.loads((folder / ORGANISM_FILE).read_text())
+        except (OSError, ValueError):
+            meta = None
+        if not isinstance(meta, dict) or meta.get("organism") != model.organism.to_dict():
+            raise HeadtraceError(
+                f"{where}:{model.line}: '{folder}' is not empty and holds no organism with "
+                f"{model.id}'s settings; delete it or change path"
+            )
+        if not meta.get("complete"):
+            pending.append(model)
+    return pending
+
+
+def train_pending(panel: Panel, train_one: Trainer | None = None) -> list[str]:
+    """Train the organisms of `train = true` entries that are not trained yet; returns their model ids.
+
+    Every other model's revisions are checked first (`plan`), so a typo elsewhere costs no
+    training. `train_one` trains one (default: `organism.train`, silently)."""
+    pending = untrained(panel.models, panel.path or panel.name)
+    if not pending:
+        return []
+    waiting = {m.family or m.id for m in pending}
+    plan(panel, models=[m for m in panel.models if (m.family or m.id) not in waiting])
+    if train_one is None:
+        from headtrace.organism.trainer import train  # torch: planning a panel stays torch-free
+
+        def train_one(organism, folder, _model):
+            return train(folder, organism)
+
+    for model in pending:
+        train_one(model.organism, Path(model.path), model.id)
+    return [m.id for m in pending]
 
 
 # --------------------------------------------------------------------------------------------
 # The output directory: lock, resume decisions, manifest.
 
 
-class OutputLock:
-    """An exclusive lock on an output directory, held by an OS file lock (released when its process
-    dies, so a dead run's lock is taken over); the file records who holds it, for the message."""
-
-    def __init__(self, out: ResultsDir):
-        self.path = out.lock
-        self.previous_owner: dict | None = None  # a dead run's record, when its lock was taken over
-        self._fd: int | None = None
-
-    def __enter__(self) -> "OutputLock":
-        from filelock import lock_descriptor
-
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        if not lock_descriptor(fd, blocking=False):
-            owner = _read_owner(fd)
-            os.close(fd)
-            who = (
-                f"pid {owner.get('pid')} on {owner.get('host')}, since {owner.get('started')}"
-                if owner
-                else "another process"
-            )
-            raise HeadtraceError(
-                f"'{self.path.parent}' is in use by another `headtrace run` ({who}); wait for it "
-                "to finish or pick another --out"
-            )
-        self.previous_owner = _read_owner(fd)
-        record = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started": utc_now(),
-            "command": " ".join(sys.argv),
-        }
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        with contextlib.suppress(OSError):  # a full disk: the lock holds without its record
-            os.write(fd, json.dumps(record).encode())
-        self._fd = fd
-        return self
-
-    def __exit__(self, *exc) -> None:
-        from filelock import unlock_descriptor
-
-        os.ftruncate(self._fd, 0)
-        unlock_descriptor(self._fd)
-        os.close(self._fd)
-
-
-def _read_owner(fd: int) -> dict | None:
-    try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        return json.loads(os.read(fd, 4096).decode() or "null")
-    except ValueError:
-        return None
-
-
-def _newer(version: str) -> bool:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(version) > Version(__version__)
-    except InvalidVersion:
-        return True
-
-
-def _check_written_by_us(out: ResultsDir, runs: pd.DataFrame) -> None:
-    """Refuse a directory that a newer headtrace (or results schema) wrote: we might misread it."""
-    manifest = out.manifest
-    if manifest.is_file():
-        try:
-            document = json.loads(manifest.read_text())
-        except ValueError:
-            document = {}
-        if document.get("schema", 0) > MANIFEST_SCHEMA or _newer(str(document.get("headtrace_version", "0"))):
-            raise HeadtraceError(
-                f"'{out}' was written by headtrace {document.get('headtrace_version')} (manifest "
-                f"schema {document.get('schema')}), newer than this {__version__}; upgrade headtrace "
-                "or pick another --out"
-            )
-    for row in runs.itertuples():
-        schema = getattr(row, "schema_version", None)
-        if _newer(str(row.headtrace_version)) or (pd.notna(schema) and schema > SCHEMA_VERSION):
-            raise HeadtraceError(
-                f"'{out}/{RUNS}' holds {row.model}@{row.revision} from headtrace "
-                f"{row.headtrace_version}, newer than this {__version__}; upgrade headtrace or pick "
-                "another --out"
-            )
-
-
-_MANIFEST_COLUMNS = (
-    "model",
-    "revision",
-    "tokens",
-    "source",
-    "config_hash",
-    "checkpoint_hash",
-    "same_weights_as",
-    "downloaded_bytes",
-    "fetch_s",
-    "load_s",
-    "wall_s",
-    "started_at",
-    "finished_at",
-    "headtrace_version",
-    "torch_version",
-    "transformers_version",
-    "device",
-    "dtype",
-)
-
-
-def _write_manifest(out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: dict[str, str],
-                    missing: Sequence[Gap] = ()) -> None:
-    runs = runs.assign(same_weights_as=identical_weights(runs))
-    columns = [c for c in _MANIFEST_COLUMNS if c in runs]
-    shards = json.loads(runs[columns + ["shard"]].to_json(orient="records"))
+def _write_manifest(
+    out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: dict[str, str], missing: Sequence[Gap] = ()
+) -> None:
     document = {
         "schema": MANIFEST_SCHEMA,
         "headtrace_version": __version__,
@@ -476,15 +461,11 @@ def _write_manifest(out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: d
         "config_hash": panel.screen.config_hash,
         "config": panel.screen.to_dict(),
         "stages": {p.stage.name: {"revisions": p.revisions, **p.stage.describe()} for p in panel.stages},
-        "shards": shards,
+        "shards": manifest_shards(runs),
         "failed": [{"task": k, "error": v} for k, v in failed.items()],
         **manifest_entry(panel.models, missing),
     }
-    try:
-        write_json_atomic(document, out.manifest)
-    except OSError as exc:
-        raise DiskFull(f"cannot update '{out.manifest}': {exc.strerror or exc}; free space and re-run the same "
-                       "command (finished shards are kept)") from None
+    write_manifest(out, document)
 
 
 # --------------------------------------------------------------------------------------------
@@ -507,6 +488,7 @@ class RunOutcome:
     stale_lock: dict | None = None
     stages: dict[str, "StageTally"] = field(default_factory=dict)  # per stage after the screen
     missing: list[Gap] = field(default_factory=list)  # revisions of its family's selection a member lacks
+    notes: list[str] = field(default_factory=list)  # what the revision selections left out or cannot measure
 
 
 @dataclass
@@ -528,16 +510,18 @@ def run_panel(
     ray: RayOptions = RayOptions(),
     reporter: Reporter | None = None,
     on_start: Callable[[RunOutcome], None] | None = None,
+    train_one: Trainer | None = None,
 ) -> RunOutcome:
     """Screen every (model, revision) of a panel into `out`, skipping shards already done.
 
     All revision names are checked before any work starts; organisms of `train = true` entries are
-    trained first (families.train_pending). `on_start` sees the plan (what will be skipped and
-    recomputed) before the first task runs."""
+    trained first (`train_pending`, by `train_one`). `on_start` sees the plan (what will be skipped
+    and recomputed) before the first task runs."""
     EXECUTORS.get(executor)
-    train_pending(panel)
+    train_pending(panel, train_one)
     missing: list[Gap] = []
-    tasks = plan(panel, missing)
+    notes: list[str] = []
+    tasks = plan(panel, missing, notes=notes)
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -547,8 +531,8 @@ def run_panel(
     results = ResultsDir(out)
     with OutputLock(results) as lock:
         runs = results.existing_runs()
-        _check_written_by_us(results, runs)
-        result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing)
+        check_written_by_us(results, runs)
+        result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing, notes=notes)
         written = dict(zip(runs.shard, runs.config_hash))
         targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}
         result.stages = {p.stage.name: StageTally() for p in panel.stages}
@@ -597,9 +581,7 @@ def run_panel(
         if not todo:
             _write_manifest(results, panel, runs, result.failed, missing)
     mine = runs[runs.shard.isin({t.shard for t in tasks})]
-    result.identical = [
-        (r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s
-    ]
+    result.identical = [(r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s]
     return result
 
 
@@ -611,15 +593,21 @@ def stage_targets(panel: Panel, spec: StagePlan, tasks: list[Task]) -> set[str]:
         final: dict[str, Task] = {}
         for task in tasks:
             best = final.get(task.source.name)
-            if best is None or best.revision.tokens is None or task.revision.tokens is None \
-                    or task.revision.tokens >= best.revision.tokens:
+            if (
+                best is None
+                or best.revision.tokens is None
+                or task.revision.tokens is None
+                or task.revision.tokens >= best.revision.tokens
+            ):
                 final[task.source.name] = task
         return {t.shard for t in final.values()}
     names = set(spec.revisions)
     unknown = names - {t.revision.name for t in tasks}
     if unknown:
-        raise HeadtraceError(f"{panel.path or panel.name}: [{spec.stage.name}] revisions {', '.join(sorted(unknown))} are not "
-                             "among the panel's revisions; pick from the models' revisions")
+        raise HeadtraceError(
+            f"{panel.path or panel.name}: [{spec.stage.name}] revisions {', '.join(sorted(unknown))} are not "
+            "among the panel's revisions; pick from the models' revisions"
+        )
     return {t.shard for t in tasks if t.revision.name in names}
 
 
@@ -628,12 +616,17 @@ def _with_row(runs: pd.DataFrame, outcome: TaskResult) -> pd.DataFrame:
     return pd.concat([runs.drop(index=outcome.task.shard, errors="ignore"), row]) if len(runs) else row
 
 
-def _execute(tasks: list[Task], panel: Panel, out: Path, executor: str, keep: bool, options: ExecutionOptions,
-             reporter: Reporter) -> Iterator[TaskResult]:
+def _execute(
+    tasks: list[Task], panel: Panel, out: Path, executor: str, keep: bool, options: ExecutionOptions, reporter: Reporter
+) -> Iterator[TaskResult]:
     if not tasks:
         return iter(())
-    settings = TaskSettings(config=panel.screen, out=str(out), keep_checkpoints=keep,
-                            stages=(ScreenStage(), *(p.stage for p in panel.stages)),
-                            model_configs=tuple((m.id, panel.screen_for(m.id)) for m in panel.models if m.dtype),
-                            members=tuple((m.id, m.family, m.seed) for m in panel.models if m.family))
+    settings = TaskSettings(
+        config=panel.screen,
+        out=str(out),
+        keep_checkpoints=keep,
+        stages=(ScreenStage(), *(p.stage for p in panel.stages)),
+        model_configs=tuple((m.id, panel.screen_for(m.id)) for m in panel.models if m.dtype),
+        members=tuple((m.id, m.family, m.seed) for m in panel.models if m.family),
+    )
     return EXECUTORS.get(executor)(tasks, settings, reporter, options)

@@ -8,6 +8,7 @@ draw for draw, and a natural-text induction probe built from any corpus with the
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -159,7 +160,7 @@ def selectivity_ceilings(probe: Probe) -> dict[str, float]:
         # Attention that lands on baseline positions, averaged over them, per example.
         in_baseline = ((positions[:, :, None] == targets[:, None, :]) & (positions[:, :, None] >= 0)).any(axis=1)
         on_baseline = (share * in_baseline).sum(axis=1) / np.maximum(size, 1)
-        target_mean = float((share ** 2).sum(axis=1)[defined].mean()) if defined.any() else np.nan
+        target_mean = float((share**2).sum(axis=1)[defined].mean()) if defined.any() else np.nan
         baseline_mean = float(on_baseline[has_baseline].mean()) if has_baseline.any() else 0.0
         ceilings[key] = target_mean / max(baseline_mean, SELECTIVITY_FLOOR)
     return ceilings
@@ -343,8 +344,13 @@ def natural_text_induction(
         local=query[:, None] - np.array(LOCAL_OFFSETS, dtype=np.int64)[None, :],
         baseline=baseline,
         null=_null_positions(query, (induction, first_t), NULL_SEED),
-        description={"kind": "natural-text-induction", "max_len": max_len, "min_gap": min_gap,
-                     "prepend_bos": prepend_bos, "n_documents_used": n},
+        description={
+            "kind": "natural-text-induction",
+            "max_len": max_len,
+            "min_gap": min_gap,
+            "prepend_bos": prepend_bos,
+            "n_documents_used": n,
+        },
     )
 
 
@@ -362,8 +368,6 @@ def _first_recurring_pair(ids: list[int], min_gap: int, start: int) -> tuple[int
 
 def read_texts(path: str) -> list[str]:
     """Documents from a .jsonl file (a "text" field per line) or a text file (blank-line separated)."""
-    import json
-
     try:
         with open(path, encoding="utf-8") as handle:
             content = handle.read()
@@ -406,8 +410,13 @@ def _build_synthetic(spec: ProbeSpec, tokenizer_loader: TokenizerLoader) -> Prob
 
 
 def _build_natural(spec: ProbeSpec, tokenizer_loader: TokenizerLoader) -> Probe:
-    return natural_text_induction(read_texts(spec.texts), tokenizer_loader(), max_len=spec.seq_len,
-                                  max_examples=spec.n_examples, prepend_bos=spec.prepend_bos)
+    return natural_text_induction(
+        read_texts(spec.texts),
+        tokenizer_loader(),
+        max_len=spec.seq_len,
+        max_examples=spec.n_examples,
+        prepend_bos=spec.prepend_bos,
+    )
 
 
 def _check_natural(spec: ProbeSpec) -> None:

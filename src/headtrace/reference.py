@@ -32,6 +32,7 @@ from headtrace.errors import HeadtraceError
 from headtrace.probes import CHANNELS, CLASS_KEYS
 from headtrace.revisions import parse_revision, tokens_per_step_for
 from headtrace.schema import ScreenConfig, add_labels, head_id
+from headtrace.store import ResultsDir
 
 SOURCE = "reference import"
 _DTYPE_NAMES = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16"}  # the reference's names -> torch's
@@ -58,11 +59,14 @@ def _load_json(path: Path) -> dict:
     except OSError as exc:
         raise HeadtraceError(f"cannot read '{path}': {exc.strerror}") from None
     except json.JSONDecodeError as exc:
-        raise HeadtraceError(f"'{path}' is not valid JSON ({exc.msg}, line {exc.lineno}); pass the reference "
-                             "implementation's screen or pr_trajectory files") from None
+        raise HeadtraceError(
+            f"'{path}' is not valid JSON ({exc.msg}, line {exc.lineno}); pass the reference "
+            "implementation's screen or pr_trajectory files"
+        ) from None
     if not isinstance(data, dict) or ("all_head_selectivity" not in data and "pr" not in data):
-        raise HeadtraceError(f"'{path}' is neither a reference screen (all_head_selectivity) nor a PR trajectory "
-                             "(pr) file")
+        raise HeadtraceError(
+            f"'{path}' is neither a reference screen (all_head_selectivity) nor a PR trajectory (pr) file"
+        )
     return data
 
 
@@ -90,9 +94,15 @@ def _pr_trajectory(data: dict, path: Path) -> PRTrajectory:
             per_revision[revision][_head(key, path)] = np.nan if value is None else float(value)
     tokens = {r: float(t) * 1e9 for r, t in zip(revisions, tokens_b) if t is not None}
     dtype = data.get("dtype")
-    return PRTrajectory(str(_field(data, "model", path)), str(path), per_revision, tokens, data.get("head_dim"),
-                        int(data["n_examples"]) if data.get("n_examples") is not None else None,
-                        _DTYPE_NAMES.get(dtype, dtype) if dtype is not None else None)
+    return PRTrajectory(
+        str(_field(data, "model", path)),
+        str(path),
+        per_revision,
+        tokens,
+        data.get("head_dim"),
+        int(data["n_examples"]) if data.get("n_examples") is not None else None,
+        _DTYPE_NAMES.get(dtype, dtype) if dtype is not None else None,
+    )
 
 
 def _tokens(model: str, revision: str, pr: PRTrajectory | None) -> float:
@@ -108,14 +118,21 @@ def _screen_tables(data: dict, path: Path, pr: PRTrajectory | None) -> tuple[pd.
     n_layers = max(l for l, _ in selectivity) + 1
     n_heads = max(h for _, h in selectivity) + 1
     if len(selectivity) != n_layers * n_heads:
-        raise HeadtraceError(f"'{path}': all_head_selectivity covers {len(selectivity)} heads, not the full "
-                             f"{n_layers} x {n_heads} grid")
+        raise HeadtraceError(
+            f"'{path}': all_head_selectivity covers {len(selectivity)} heads, not the full {n_layers} x {n_heads} grid"
+        )
     tokens = _tokens(model, revision, pr)
     grid = sorted(selectivity)
-    heads = pd.DataFrame({"model": model, "revision": revision, "tokens": np.float64(tokens),
-                          "layer": np.array([l for l, _ in grid], dtype=np.int32),
-                          "head": np.array([h for _, h in grid], dtype=np.int32),
-                          "head_id": [head_id(l, h) for l, h in grid]})
+    heads = pd.DataFrame(
+        {
+            "model": model,
+            "revision": revision,
+            "tokens": np.float64(tokens),
+            "layer": np.array([l for l, _ in grid], dtype=np.int32),
+            "head": np.array([h for _, h in grid], dtype=np.int32),
+            "head_id": [head_id(l, h) for l, h in grid],
+        }
+    )
     for channel in CHANNELS:
         heads[f"mean_{channel}"] = np.nan
     for name, key in CLASS_KEYS.items():
@@ -129,28 +146,55 @@ def _screen_tables(data: dict, path: Path, pr: PRTrajectory | None) -> tuple[pd.
     heads["pr"] = [pr_values.get(g, np.nan) for g in grid]
     heads["pr_cov"] = np.nan
     heads["baseline_underflow"] = pd.array([None] * len(grid), dtype="boolean")
-    run = pd.DataFrame([{
-        "model": model, "revision": revision, "tokens": tokens, "architecture": None,
-        "n_layers": n_layers, "n_heads": n_heads, "n_kv_heads": np.nan,
-        "head_dim": float(pr.head_dim) if pr and pr.head_dim else np.nan, "probe": "synthetic",
-        "n_examples": int(_field(data, "n_examples", path)),
-        "n_valid": int(data.get("n_examples_valid", _field(data, "n_examples", path))),
-        "seq_len": np.nan, "dtype": None, "device": None,
-        "pr_examples": float(pr.n_examples) if pr and pr.n_examples else np.nan,
-        "pr_dtype": pr.dtype if pr else None,
-        "top1": np.nan, "top5": np.nan, "loss": np.nan, "mean_logit_answer": np.nan,
-        "n_induction_heads": int(heads.induction_circuit.sum()), "n_previous_heads": int(heads.previous_circuit.sum()),
-        "n_sink_heads": int(heads.sink.sum()), "sink_fraction": float(heads.sink.mean()),
-        "gu_sink_fraction": np.nan, "n_underflow_heads": np.nan,
-        "config_hash": SOURCE,
-        "config_json": json.dumps({"source": SOURCE, "files": [path.name] + ([Path(pr.path).name] if pr else []),
-                                   "thresholds": {k: v for k, v in config.to_dict().items() if "threshold" in k},
-                                   "screen": {"n_examples": int(_field(data, "n_examples", path)), "dtype": None},
-                                   "pr": {"n_examples": pr.n_examples, "dtype": pr.dtype} if pr else None},
-                                  sort_keys=True),
-        "wall_s": np.nan, "started_at": None, "headtrace_version": __version__,
-        "torch_version": None, "transformers_version": None, "source": SOURCE,
-    }])
+    run = pd.DataFrame(
+        [
+            {
+                "model": model,
+                "revision": revision,
+                "tokens": tokens,
+                "architecture": None,
+                "n_layers": n_layers,
+                "n_heads": n_heads,
+                "n_kv_heads": np.nan,
+                "head_dim": float(pr.head_dim) if pr and pr.head_dim else np.nan,
+                "probe": "synthetic",
+                "n_examples": int(_field(data, "n_examples", path)),
+                "n_valid": int(data.get("n_examples_valid", _field(data, "n_examples", path))),
+                "seq_len": np.nan,
+                "dtype": None,
+                "device": None,
+                "pr_examples": float(pr.n_examples) if pr and pr.n_examples else np.nan,
+                "pr_dtype": pr.dtype if pr else None,
+                "top1": np.nan,
+                "top5": np.nan,
+                "loss": np.nan,
+                "mean_logit_answer": np.nan,
+                "n_induction_heads": int(heads.induction_circuit.sum()),
+                "n_previous_heads": int(heads.previous_circuit.sum()),
+                "n_sink_heads": int(heads.sink.sum()),
+                "sink_fraction": float(heads.sink.mean()),
+                "gu_sink_fraction": np.nan,
+                "n_underflow_heads": np.nan,
+                "config_hash": SOURCE,
+                "config_json": json.dumps(
+                    {
+                        "source": SOURCE,
+                        "files": [path.name] + ([Path(pr.path).name] if pr else []),
+                        "thresholds": {k: v for k, v in config.to_dict().items() if "threshold" in k},
+                        "screen": {"n_examples": int(_field(data, "n_examples", path)), "dtype": None},
+                        "pr": {"n_examples": pr.n_examples, "dtype": pr.dtype} if pr else None,
+                    },
+                    sort_keys=True,
+                ),
+                "wall_s": np.nan,
+                "started_at": None,
+                "headtrace_version": __version__,
+                "torch_version": None,
+                "transformers_version": None,
+                "source": SOURCE,
+            }
+        ]
+    )
     return heads, run
 
 
@@ -167,8 +211,10 @@ def reference_tables(files: Sequence[str | Path], warn: Warn | None = None) -> l
         if "all_head_selectivity" not in data:
             trajectory = _pr_trajectory(data, path)
             if trajectory.model in trajectories:
-                raise HeadtraceError(f"two PR trajectory files for {trajectory.model}: "
-                                     f"'{trajectories[trajectory.model].path}' and '{path}'; pass one")
+                raise HeadtraceError(
+                    f"two PR trajectory files for {trajectory.model}: "
+                    f"'{trajectories[trajectory.model].path}' and '{path}'; pass one"
+                )
             trajectories[trajectory.model] = trajectory
     tables, seen = [], {}
     for path, data in loaded:
@@ -180,8 +226,10 @@ def reference_tables(files: Sequence[str | Path], warn: Warn | None = None) -> l
             seen[key] = path
             tables.append((heads, run))
     if not tables:
-        raise HeadtraceError("no reference screen files given (JSON with all_head_selectivity); PR files alone "
-                             "have no selectivities to analyse")
+        raise HeadtraceError(
+            "no reference screen files given (JSON with all_head_selectivity); PR files alone "
+            "have no selectivities to analyse"
+        )
     if warn:
         _warn_unused(trajectories, set(seen), warn)
     return tables
@@ -192,21 +240,23 @@ def _warn_unused(trajectories: dict[str, PRTrajectory], screened: set[tuple[str,
     models = {model for model, _ in screened}
     for model, trajectory in trajectories.items():
         if model not in models:
-            warn(f"'{trajectory.path}': its model {model} matches no imported screen file "
-                 f"({', '.join(sorted(models))}); its PR is not imported")
+            warn(
+                f"'{trajectory.path}': its model {model} matches no imported screen file "
+                f"({', '.join(sorted(models))}); its PR is not imported"
+            )
             continue
         missing = [r for r in trajectory.pr if (model, r) not in screened]
         if missing:
-            warn(f"'{trajectory.path}': PR of {len(missing)} revision(s) of {model} without a screen file is not "
-                 f"imported ({', '.join(missing)})")
+            warn(
+                f"'{trajectory.path}': PR of {len(missing)} revision(s) of {model} without a screen file is not "
+                f"imported ({', '.join(missing)})"
+            )
 
 
 def import_reference(files: Sequence[str | Path], out: str | Path, warn: Warn | None = None) -> list[Path]:
     """Convert reference files into results shards under `out`; returns the run files written.
 
     Every file is read and checked before the first shard is written; `warn` as in `reference_tables`."""
-    from headtrace.store import ResultsDir
-
     return [ResultsDir(out).write_shard(heads, run) for heads, run in reference_tables(files, warn)]
 
 

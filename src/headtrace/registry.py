@@ -32,8 +32,10 @@ class Registry(Generic[T]):
         """The entry for `name`; an unknown name is a one-line error listing the known ones."""
         if name not in self._entries:
             hint = difflib.get_close_matches(name, list(self._entries), n=1)
-            raise HeadtraceError(f"unknown {self.kind} '{name}'; "
-                                 + (f"did you mean '{hint[0]}'?" if hint else f"use {' or '.join(self._entries)}"))
+            raise HeadtraceError(
+                f"unknown {self.kind} '{name}'; "
+                + (f"did you mean '{hint[0]}'?" if hint else f"use {' or '.join(self._entries)}")
+            )
         return self._entries[name]
 
     def names(self) -> tuple[str, ...]:

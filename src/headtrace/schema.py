@@ -15,10 +15,12 @@ import numpy as np
 import pandas as pd
 
 from headtrace.errors import HeadtraceError
-from headtrace.probes import (BASELINES, CLASS_KEYS, CLASSES, SELECTIVITY_FLOOR,  # noqa: F401 (re-exported)
-                              PROBES, ProbeSpec, build_probe, selectivity_ceilings)
+from headtrace.probes import BASELINES, SELECTIVITY_FLOOR  # noqa: F401 (re-exported)
+from headtrace.probes import CLASS_KEYS, CLASSES, PROBES, ProbeSpec, build_probe, selectivity_ceilings
 
 SCHEMA_VERSION = 1
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")  # what a screen computes in
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # lm-evaluation-harness's names
 
 
 def head_id(layer: int, head: int) -> str:
@@ -37,11 +39,15 @@ class Thresholds:
     gu_sink_epsilon: float = 0.3  # a head is a Gu et al. sink when its sink score exceeds this
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ScreenConfig:
     """What a screen measures (a probe and thresholds) and how it computes; `config_hash` covers
-    every field that changes results. Flat field names (`n_examples`, `induction_threshold`, ...)
-    are what panel files, CLI options and stored records use: `ScreenConfig.of(**flat)`."""
+    every field that changes results.
+
+    Give its fields flat, by the names that panel files, CLI options and stored records use
+    (`ScreenConfig(n_examples=500, seq_len=256, device="cuda")`; `probe="natural"` is the probe's
+    kind), or its parts whole (`ScreenConfig(probe=ProbeSpec(...), thresholds=Thresholds(...))`),
+    but not a part together with a flat field it holds."""
 
     probe: ProbeSpec = ProbeSpec()
     thresholds: Thresholds = Thresholds()
@@ -56,16 +62,34 @@ class ScreenConfig:
     # existing results keep their hash.
     _HASHED_WHEN_SET = {"baseline": "reference", "pr_examples": None}
 
-    @classmethod
-    def of(cls, **flat) -> "ScreenConfig":
-        """A config from flat field names; an unknown name is an error."""
+    def __init__(self, probe: ProbeSpec | str | None = None, thresholds: Thresholds | None = None, **flat) -> None:
+        if isinstance(probe, str):  # the flat spelling names the probe's kind
+            flat["probe"], probe = probe, None
+        given = {"probe": probe, "thresholds": thresholds}
         parts: dict[str, dict] = {"probe": {}, "thresholds": {}, "": {}}
         for name, value in flat.items():
             if name not in FLAT_FIELDS:
                 raise HeadtraceError(f"unknown screen setting '{name}'; known: {', '.join(FLAT_FIELDS)}")
             part, field_name = FLAT_FIELDS[name]
+            if part and given[part] is not None:
+                kind = type(given[part]).__name__
+                raise HeadtraceError(
+                    f"{name}= is a field of {part}=: give it inside {part}={kind}(...) or "
+                    f"drop {part}= and give every field flat, not both"
+                )
             parts[part][field_name] = value
-        return cls(probe=ProbeSpec(**parts["probe"]), thresholds=Thresholds(**parts["thresholds"]), **parts[""])
+        object.__setattr__(self, "probe", probe if probe is not None else ProbeSpec(**parts["probe"]))
+        object.__setattr__(
+            self, "thresholds", thresholds if thresholds is not None else Thresholds(**parts["thresholds"])
+        )
+        for f in dataclasses.fields(self):
+            if f.name not in given:
+                object.__setattr__(self, f.name, parts[""].get(f.name, f.default))
+
+    @classmethod
+    def of(cls, **flat) -> "ScreenConfig":
+        """A config from flat field names (the same as `ScreenConfig(**flat)`); an unknown name is an error."""
+        return cls(**flat)
 
     def replace(self, **flat) -> "ScreenConfig":
         """This config with some flat fields changed."""
@@ -76,18 +100,24 @@ class ScreenConfig:
         if self.batch_size < 1:
             raise HeadtraceError(f"batch-size must be >= 1 (got {self.batch_size})")
         if self.pr_examples is not None and not 1 <= self.pr_examples <= self.probe.n_examples:
-            raise HeadtraceError(f"pr-examples must be between 1 and n-examples ({self.probe.n_examples}) "
-                                 f"(got {self.pr_examples})")
+            raise HeadtraceError(
+                f"pr-examples must be between 1 and n-examples ({self.probe.n_examples}) (got {self.pr_examples})"
+            )
 
     def to_dict(self) -> dict:
         """The flat fields (what the hash, the manifest and `config_json` store)."""
-        return {name: getattr(getattr(self, part) if part else self, field_name)
-                for name, (part, field_name) in FLAT_FIELDS.items()}
+        return {
+            name: getattr(getattr(self, part) if part else self, field_name)
+            for name, (part, field_name) in FLAT_FIELDS.items()
+        }
 
     @property
     def config_hash(self) -> str:
-        fields = {k: v for k, v in self.to_dict().items()
-                  if k not in self._NOT_HASHED and self._HASHED_WHEN_SET.get(k, object()) != v}
+        fields = {
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in self._NOT_HASHED and self._HASHED_WHEN_SET.get(k, object()) != v
+        }
         if self.probe.texts:
             fields["texts"] = _file_digest(self.probe.texts)
         payload = json.dumps({"schema": SCHEMA_VERSION, **fields}, sort_keys=True)
@@ -138,7 +168,8 @@ def ceiling_warnings(config: ScreenConfig, ceilings: dict[str, float]) -> list[s
                 warnings.append(
                     f"the {threshold.replace('_', ' ')} {value:g}x is above half of this probe's {key} ceiling "
                     f"({ceilings[key]:.1f}x, the score of a head with all its attention on the target): heads near "
-                    "the ceiling cross it by chance; use --baseline clean or a longer --seq-len")
+                    "the ceiling cross it by chance; use --baseline clean or a longer --seq-len"
+                )
     return warnings
 
 
@@ -182,8 +213,12 @@ Head = tuple[int, int]  # (layer, head)
 # The screen's all-head sets that an ablation can target, by name -> the heads table's column
 # (add_labels). previous-token is the reference's shipped circuit (best class previous-token and
 # >= 100x); previous-token-any is every head at >= 100x; sinks are a set of heads, not a circuit.
-HEAD_SETS = {"induction": "induction_circuit", "previous-token": "previous_circuit",
-             "previous-token-any": "previous_any", "sink": "sink"}
+HEAD_SETS = {
+    "induction": "induction_circuit",
+    "previous-token": "previous_circuit",
+    "previous-token-any": "previous_any",
+    "sink": "sink",
+}
 _PR_TOP = re.compile(r"^pr-top:(\d+)$")  # the K heads of highest time-integrated PR over a panel's revisions
 _HEAD = re.compile(r"^L(\d+)H(\d+)$")
 ABLATION_MODES = ("zero", "mean")
@@ -216,8 +251,10 @@ def parse_circuit(text: str) -> CircuitSpec:
     for head in names:
         match = _HEAD.match(head)
         if not match:
-            raise HeadtraceError(f"bad head '{head}' in circuit '{text}': write heads as L<layer>H<head> "
-                                 f"(e.g. L2H11,L4H12) or use one of {', '.join(HEAD_SETS)}, pr-top:K")
+            raise HeadtraceError(
+                f"bad head '{head}' in circuit '{text}': write heads as L<layer>H<head> "
+                f"(e.g. L2H11,L4H12) or use one of {', '.join(HEAD_SETS)}, pr-top:K"
+            )
         heads.add((int(match[1]), int(match[2])))
     return CircuitSpec(heads=tuple(sorted(heads)))
 
@@ -226,8 +263,10 @@ def check_heads_exist(heads: tuple[Head, ...], n_layers: int, n_heads: int, mode
     """Every head must exist in a model of n_layers x n_heads."""
     for layer, head in heads:
         if layer >= n_layers or head >= n_heads:
-            raise HeadtraceError(f"head {head_id(layer, head)} does not exist in {model}: valid heads are "
-                                 f"L0H0..L{n_layers - 1}H{n_heads - 1} ({n_layers} layers x {n_heads} heads)")
+            raise HeadtraceError(
+                f"head {head_id(layer, head)} does not exist in {model}: valid heads are "
+                f"L0H0..L{n_layers - 1}H{n_heads - 1} ({n_layers} layers x {n_heads} heads)"
+            )
 
 
 @dataclass(frozen=True)
@@ -262,8 +301,11 @@ class AblationConfig:
 
     def to_dict(self) -> dict:
         """The hashed fields; metric only when set, so ablations stored before it existed keep their hash."""
-        return {self._STORED_NAMES.get(k, k): v for k, v in dataclasses.asdict(self).items()
-                if k not in self._NOT_HASHED and not (k == "metric" and v == "auto")}
+        return {
+            self._STORED_NAMES.get(k, k): v
+            for k, v in dataclasses.asdict(self).items()
+            if k not in self._NOT_HASHED and not (k == "metric" and v == "auto")
+        }
 
     def config_hash(self, screen: ScreenConfig) -> str:
         payload = json.dumps({"ablation": self.to_dict(), "screen": screen.config_hash}, sort_keys=True)
@@ -278,3 +320,12 @@ def random_draws_summary(values: np.ndarray) -> tuple[float, float, float]:
         return np.nan, np.nan, np.nan
     low, high = np.percentile(values, [2.5, 97.5])
     return float(values.mean()), float(low), float(high)
+
+
+def tag(frame: pd.DataFrame, family: str, seed: int) -> pd.DataFrame:
+    """A shard table with its seed family member's `family` and `seed` columns right after `model`."""
+    at = frame.columns.get_loc("model") + 1
+    tagged = frame.copy()
+    tagged.insert(at, "family", family)
+    tagged.insert(at + 1, "seed", np.int64(seed))
+    return tagged

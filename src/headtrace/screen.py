@@ -9,17 +9,17 @@ attention of the query row (and of every row to key 0) follows from one dot prod
 Elsewhere (CUDA, MPS, masked attention, or `route="widened"`), the values are widened by one
 channel per target holding the example's key weights for it, so that SDPA returns those
 attentions next to the head outputs, at the cost of a few extra value dimensions. Where SDPA cannot
-compute a layer's attention (logit soft-capping, learned sinks, a position bias: hooks.needs_scores),
-it is computed from its scores and read from the probabilities ("scores"). Models whose attention does
-not call transformers' attention functions (BLOOM, GPT-Neo; models.ATTENTION_ROUTES) are read from
-the attention weights their modules return ("module-weights"), under eager attention where needed
-("eager-weights"); TransformerLens models from their `hook_pattern` and `hook_z` hooks
-("transformer-lens"). The run record names the routes that ran. The screen keeps only per-head sums: the query row
-for the classes, every row of the first-token channel for Gu et al.'s sink score. A pre-hook on
-each output projection accumulates the Gram matrix of the per-head outputs at the query for the
-participation ratio; past its attention, the last layer runs at the query rows only, and logits
-are computed there alone. The loop over micro-batches moves nothing between host and device and
-never waits on the device.
+compute a layer's attention (logit soft-capping, learned sinks, a position bias:
+hooks.needs_scores), it is computed from its scores and read from the probabilities ("scores").
+Models whose attention does not call transformers' attention functions (BLOOM, GPT-Neo;
+models.ATTENTION_ROUTES) are read from the attention weights their modules return ("module-
+weights"), under eager attention where needed ("eager-weights"); TransformerLens models from their
+`hook_pattern` and `hook_z` hooks ("transformer-lens"). The run record names the routes that ran.
+The screen keeps only per-head sums: the query row for the classes, every row of the first-token
+channel for Gu et al.'s sink score. A pre-hook on each output projection accumulates the Gram matrix
+of the per-head outputs at the query for the participation ratio; past its attention, the last layer
+runs at the query rows only, and logits are computed there alone. The loop over micro-batches moves
+nothing between host and device and never waits on the device.
 """
 
 from __future__ import annotations
@@ -51,17 +51,23 @@ from headtrace.hooks import (
     scores_attention,
     with_window,
 )
-from headtrace.models import ModelAdapter, attention_weights, eager_attention
-from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
-from headtrace.schema import (
-    SCHEMA_VERSION,
-    SELECTIVITY_FLOOR,
-    ScreenConfig,
-    add_labels,  # noqa: F401 (re-exported)
-    head_id,
+from headtrace.interop import as_adapter, native_model
+from headtrace.models import (
+    ModelAdapter,
+    attention_weights,
+    check_probe_fits,
+    config_where_model_is,
+    eager_attention,
+    evaluating,
+    load_model,
+    load_tokenizer,
 )
+from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
+from headtrace.schema import SCHEMA_VERSION  # noqa: F401 (re-exported)
+from headtrace.schema import SELECTIVITY_FLOOR, ScreenConfig, add_labels, head_id
+from headtrace.sources import checkpoint_location
 from headtrace.spectral import GramAccumulator
-from headtrace.store import utc_now
+from headtrace.store import ResultsDir, utc_now
 
 # How the attention channels are read where SDPA computes a layer's attention: "logsumexp" from the
 # CPU flash kernel (where it serves), "widened" from widened values (every device), "auto" the first
@@ -109,7 +115,10 @@ class _DeviceProbe:
 
     def __init__(self, probe: Probe, device: torch.device, acc_dtype: torch.dtype):
         self.n, self.seq_len = probe.n, probe.seq_len
-        as_device = lambda a, dtype=None: torch.as_tensor(np.ascontiguousarray(a), device=device, dtype=dtype)
+
+        def as_device(a, dtype=None) -> torch.Tensor:
+            return torch.as_tensor(np.ascontiguousarray(a), device=device, dtype=dtype)
+
         self.input_ids = as_device(probe.input_ids)
         self.query = as_device(probe.query)
         self.answer = as_device(probe.answer)
@@ -586,7 +595,7 @@ def _head_table(adapter, probe, config, taps, grams, model_name, revision, token
 
 
 def _versions() -> dict[str, str]:
-    import transformers
+    import transformers  # loaded with the model: importing this module loads only torch
 
     return {
         "headtrace_version": __version__,
@@ -657,10 +666,6 @@ def screen_checkpoint(
     >>> result = screen_checkpoint("EleutherAI/pythia-160m", revision="step3000")  # doctest: +SKIP
     >>> result.heads.query("induction_circuit")[["head_id", "sel_induction"]]     # doctest: +SKIP
     """
-    from headtrace.models import load_model, load_tokenizer
-    from headtrace.sources import checkpoint_location
-    from headtrace.store import ResultsDir
-
     config.validate()
     location, hub_revision, found_tokens = checkpoint_location(model, revision)
     adapter = load_model(
@@ -712,10 +717,6 @@ def screen_model(
 
     >>> result = screen_model(hooked_transformer, ScreenConfig.of(n_examples=256), name="pythia-160m")  # doctest: +SKIP
     """
-    from headtrace.interop import as_adapter, native_model
-    from headtrace.models import check_probe_fits, config_where_model_is, evaluating
-    from headtrace.store import ResultsDir
-
     config.validate()
     adapter = as_adapter(model)
     config = config_where_model_is(config, adapter)

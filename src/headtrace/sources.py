@@ -13,6 +13,10 @@ a directory `load_model` reads) and removes what it downloaded (`release()`).
   `revisions.json` there (a list of {"revision", "step", "tokens"}) gives token counts; the model
   organism's trainer writes one, and `organism=True` requires it. Nothing local is ever deleted.
 
+Both read revision names with the model's naming (revisions.py: a user's `NameMap` over the
+built-in scheme of the model's repository); the hub's commits make `main` an alias of the branch
+at the same commit.
+
 A checkpoint's hash is the sha256 of its weight files' names and sha256 digests, so identical
 weights published under two revisions (Pythia issue #205) show up as equal hashes.
 """
@@ -32,8 +36,9 @@ from typing import Callable, Iterable, Protocol
 from filelock import FileLock
 
 from headtrace.errors import DiskFull, HeadtraceError
+from headtrace.organism.config import REVISIONS_FILE
 from headtrace.registry import Registry
-from headtrace.revisions import Revision, catalog, select, tokens_per_step_for
+from headtrace.revisions import NameMap, Revision, catalog, naming_for, select, training_key
 
 ByteProgress = Callable[[int, int], None]  # (bytes done so far, bytes in total) for one revision
 
@@ -129,13 +134,11 @@ class HubSettings:
 
 def hub_settings() -> HubSettings:
     """HF_ENDPOINT, the hub cache (HF_HUB_CACHE, else HF_HOME/hub) and HF_HUB_OFFLINE, read now."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # loaded when the hub is asked
 
     env = os.environ
     cache = env.get("HF_HUB_CACHE") or (os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else None)
-    offline = (
-        env.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or constants.is_offline_mode()
-    )
+    offline = env.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"} or constants.is_offline_mode()
     return HubSettings(
         endpoint=env.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/"),
         cache_dir=os.path.expanduser(cache or constants.HF_HUB_CACHE),
@@ -149,7 +152,7 @@ class _CorruptFile(Exception):
 
 def _transient(exc: BaseException) -> bool:
     """Failures worth retrying: network, 5xx/429, incomplete or corrupt downloads; not 'not found'."""
-    import httpx2
+    import httpx2  # loaded when the hub is asked
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -159,15 +162,11 @@ def _transient(exc: BaseException) -> bool:
         RevisionNotFoundError,
     )
 
-    if isinstance(
-        exc, (RepositoryNotFoundError, RevisionNotFoundError, RemoteEntryNotFoundError, GatedRepoError)
-    ):
+    if isinstance(exc, (RepositoryNotFoundError, RevisionNotFoundError, RemoteEntryNotFoundError, GatedRepoError)):
         return False
     if isinstance(exc, OSError) and exc.errno in _PERMANENT_ERRNOS:
         return False
-    return isinstance(
-        exc, (HfHubHTTPError, LocalEntryNotFoundError, httpx2.TransportError, OSError, _CorruptFile)
-    )
+    return isinstance(exc, (HfHubHTTPError, LocalEntryNotFoundError, httpx2.TransportError, OSError, _CorruptFile))
 
 
 def _byte_counter(report: Callable[[int], None]) -> type:
@@ -197,7 +196,7 @@ class HubSource:
     """A model repository on the Hugging Face Hub (or a mirror at HF_ENDPOINT)."""
 
     repo_id: str
-    tokens_per_step: float | None = None
+    names: NameMap = NameMap()
     retry: RetryPolicy = RetryPolicy()
 
     @property
@@ -210,30 +209,33 @@ class HubSource:
     def revisions(self) -> list[Revision]:
         """Branches and tags of the repository (offline: the refs in the local cache)."""
         settings = hub_settings()
-        tokens_per_step = self.tokens_per_step or tokens_per_step_for(self.repo_id)
+        naming = naming_for(self.repo_id, self.names)
         if settings.offline:
-            return catalog(self._cached_refs(settings), tokens_per_step)
-        from huggingface_hub import HfApi
+            commits = self._cached_refs(settings)
+            return catalog(commits, naming, commits)
+        from huggingface_hub import HfApi  # loaded when the hub is asked
 
         refs = self._call(
             lambda: HfApi(endpoint=settings.endpoint).list_repo_refs(self.repo_id),
             "list the revisions of",
             settings,
         )
-        return catalog([ref.name for ref in refs.branches + refs.tags], tokens_per_step)
+        commits = {ref.name: ref.target_commit for ref in refs.branches + refs.tags}
+        return catalog(commits, naming, commits)
 
-    def _cached_refs(self, settings: HubSettings) -> list[str]:
-        from huggingface_hub import scan_cache_dir
+    def _cached_refs(self, settings: HubSettings) -> dict[str, str]:
+        """The refs in the local cache, each with its commit."""
+        from huggingface_hub import scan_cache_dir  # loaded when the hub is asked
 
         cache = Path(settings.cache_dir)
         repos = scan_cache_dir(cache).repos if cache.is_dir() else ()
-        refs = [
-            ref
+        refs = {
+            ref: rev.commit_hash
             for repo in repos
             if repo.repo_id == self.repo_id and repo.repo_type == "model"
             for rev in repo.revisions
             for ref in rev.refs
-        ]
+        }
         if not refs:
             raise HeadtraceError(
                 f"HF_HUB_OFFLINE is set and '{self.repo_id}' has no revisions in the cache "
@@ -247,7 +249,7 @@ class HubSource:
         started = time.perf_counter()
         if settings.offline:
             return self._fetch_cached(revision, settings, started)
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi  # loaded when the hub is asked
         from huggingface_hub.hf_api import RepoFile
 
         api = HfApi(endpoint=settings.endpoint)
@@ -302,7 +304,7 @@ class HubSource:
         )
 
     def _fetch_cached(self, revision: Revision, settings: HubSettings, started: float) -> Checkpoint:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # loaded when the hub is asked
         from huggingface_hub.errors import LocalEntryNotFoundError
 
         try:
@@ -321,11 +323,9 @@ class HubSource:
     ) -> tuple[str, int | None]:
         """One file into the cache, verified; returns its path and the bytes transferred (None: it was
         already in the cache before this call, so it is not ours to delete)."""
-        from huggingface_hub import hf_hub_download, try_to_load_from_cache
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache  # loaded when the hub is asked
 
-        cached = try_to_load_from_cache(
-            self.repo_id, entry.path, cache_dir=settings.cache_dir, revision=revision.name
-        )
+        cached = try_to_load_from_cache(self.repo_id, entry.path, cache_dir=settings.cache_dir, revision=revision.name)
         if isinstance(cached, str) and self._verified(cached, entry):
             advance(entry.size)
             return cached, None
@@ -369,7 +369,7 @@ class HubSource:
 
     def _call(self, fn: Callable, what: str, settings: HubSettings):
         """Run a hub call, retrying transient failures with backoff; failures become HeadtraceErrors."""
-        import tenacity
+        import tenacity  # loaded with the first hub call
 
         policy = self.retry
         retrying = tenacity.Retrying(
@@ -384,7 +384,7 @@ class HubSource:
             raise self._explain(exc, what, settings) from None
 
     def _explain(self, exc: Exception, what: str, settings: HubSettings) -> Exception:
-        from huggingface_hub.errors import (
+        from huggingface_hub.errors import (  # loaded when the hub is asked
             GatedRepoError,
             HfHubHTTPError,
             RepositoryNotFoundError,
@@ -469,8 +469,6 @@ def _blob_lock(blob: Path) -> FileLock:
 # --------------------------------------------------------------------------------------------
 # Local directories and the model organism.
 
-REVISIONS_FILE = "revisions.json"
-
 
 @dataclass(frozen=True)
 class LocalSource:
@@ -481,7 +479,7 @@ class LocalSource:
 
     root: str
     model: str
-    tokens_per_step: float | None = None
+    names: NameMap = NameMap()
     organism: bool = False
 
     @property
@@ -506,7 +504,7 @@ class LocalSource:
         names = [p.name for p in root.iterdir() if (p / "config.json").is_file()]
         if not names:
             raise HeadtraceError(f"'{root}' holds no checkpoint folders (subfolders with a config.json)")
-        return catalog(names, self.tokens_per_step)
+        return catalog(names, naming_for(self.model, self.names))
 
     def _listed(self, listed: Path) -> list[Revision]:
         try:
@@ -523,7 +521,7 @@ class LocalSource:
             raise HeadtraceError(
                 f'\'{listed}\' is not a list of {{"revision", "step", "tokens"}} objects ({exc})'
             ) from None
-        return sorted(revisions, key=lambda r: (r.tokens is None, r.tokens or 0.0, r.step or 0, r.name))
+        return sorted(revisions, key=training_key)
 
     def fetch(self, revision: Revision, progress: ByteProgress | None = None) -> Checkpoint:
         folder = Path(self.root) / revision.name
@@ -556,18 +554,17 @@ def _local_checkpoint(source: str, revision: Revision, folder: Path, started: fl
 
 @dataclass(frozen=True)
 class SourceKind:
-    """How a panel model's entry becomes a checkpoint source: `make(id, path, tokens_per_step, retry)`."""
+    """How a panel model's entry becomes a checkpoint source: `make(id, path, names, retry)` (names: the
+    entry's map of revision names to tokens)."""
 
-    make: Callable[[str, str | None, float | None, RetryPolicy], CheckpointSource]
+    make: Callable[[str, str | None, NameMap, RetryPolicy], CheckpointSource]
     needs_path: bool = True  # the entry must give `path` (a local folder); False: it must not
 
 
 SOURCES: Registry[SourceKind] = Registry("source")
-SOURCES.add("hub", SourceKind(lambda id, path, tokens_per_step, retry: HubSource(id, tokens_per_step, retry),
-                              needs_path=False))
-SOURCES.add("local", SourceKind(lambda id, path, tokens_per_step, retry: LocalSource(path, id, tokens_per_step)))
-SOURCES.add("organism", SourceKind(
-    lambda id, path, tokens_per_step, retry: LocalSource(path, id, tokens_per_step, organism=True)))
+SOURCES.add("hub", SourceKind(lambda id, path, names, retry: HubSource(id, names, retry), needs_path=False))
+SOURCES.add("local", SourceKind(lambda id, path, names, retry: LocalSource(path, id, names)))
+SOURCES.add("organism", SourceKind(lambda id, path, names, retry: LocalSource(path, id, names, organism=True)))
 
 
 def is_local(model: str) -> bool:
@@ -575,17 +572,22 @@ def is_local(model: str) -> bool:
     return model.endswith(".gguf") or model.startswith((".", "/", "~")) or Path(model).exists()
 
 
-def checkpoint_location(model: str, revision: str | None) -> tuple[str, str | None, float | None]:
+def checkpoint_location(
+    model: str, revision: str | None, names: NameMap = NameMap()
+) -> tuple[str, str | None, float | None]:
     """Where MODEL at REVISION loads from: (location, hub revision, tokens seen).
 
-    A hub id passes through. A local checkpoint (a folder with a config.json, a .gguf file) has no
+    A hub id passes through, with the tokens its revision name gives (`names` over the repository's
+    scheme; None where unknown). A local checkpoint (a folder with a config.json, a .gguf file) has no
     revisions: a revision would only label its result wrongly, so it is refused. A folder of
     checkpoints (an organism's output, or one subfolder per revision) serves its subfolders."""
-    if revision is None or not is_local(model):
+    if revision is None:
         return model, revision, None
+    if not is_local(model):
+        return model, revision, catalog([revision], naming_for(model, names))[0].tokens
     folder = Path(model).expanduser()
     if folder.is_dir() and not (folder / "config.json").is_file():
-        source = LocalSource(str(folder), model=model, organism=(folder / REVISIONS_FILE).is_file())
+        source = LocalSource(str(folder), model=model, names=names, organism=(folder / REVISIONS_FILE).is_file())
         [found] = select(source.revisions(), [revision], model)
         return str(folder / found.name), None, found.tokens
     kind = "GGUF file" if model.endswith(".gguf") else "checkpoint folder"
@@ -598,7 +600,7 @@ def checkpoint_location(model: str, revision: str | None) -> tuple[str, str | No
 def check_safetensors(paths: Iterable[Path]) -> None:
     """A truncated or garbage .safetensors file fails here, named, before a model is built from it
     (its header is read and checked against the file's size; the tensors are not read)."""
-    from safetensors import SafetensorError, safe_open
+    from safetensors import SafetensorError, safe_open  # loaded when a local weight file is checked
 
     for path in paths:
         if path.suffix != ".safetensors":
@@ -607,5 +609,7 @@ def check_safetensors(paths: Iterable[Path]) -> None:
             with safe_open(path, framework="numpy"):
                 pass
         except (SafetensorError, OSError) as exc:
-            raise HeadtraceError(f"cannot read weights file '{path}': {str(exc).strip().splitlines()[0]}; it is "
-                                 "truncated or corrupt: re-download or re-save it") from None
+            raise HeadtraceError(
+                f"cannot read weights file '{path}': {str(exc).strip().splitlines()[0]}; it is "
+                "truncated or corrupt: re-download or re-save it"
+            ) from None

@@ -27,8 +27,8 @@ from typing import Callable, ClassVar
 from headtrace.errors import HeadtraceError
 from headtrace.registry import Registry
 from headtrace.revisions import Revision
-from headtrace.schema import ABLATION_MODES, AblationConfig, ScreenConfig, parse_circuit
-from headtrace.store import ResultsDir
+from headtrace.schema import ABLATION_MODES, AblationConfig, ScreenConfig, parse_circuit, tag
+from headtrace.store import ResultsDir, run_record
 
 Progress = Callable[[int, int], None]
 
@@ -100,17 +100,6 @@ class Stage:
 STAGES: Registry[type[Stage]] = Registry("stage")
 
 
-def run_record(run, source: str, checkpoint_hash: str | None = None, downloaded_bytes: int = 0,
-               fetch_s: float = 0.0, load_s: float = 0.0, **extra):
-    """A screen's run record with where its checkpoint came from, as a shard stores it (panels and
-    the watcher alike)."""
-    from headtrace.schema import SCHEMA_VERSION
-    from headtrace.store import utc_now
-
-    return run.assign(source=source, checkpoint_hash=checkpoint_hash, downloaded_bytes=downloaded_bytes,
-                      fetch_s=fetch_s, load_s=load_s, schema_version=SCHEMA_VERSION, **extra, finished_at=utc_now())
-
-
 @STAGES.register("screen")
 @dataclass(frozen=True)
 class ScreenStage(Stage):
@@ -122,17 +111,27 @@ class ScreenStage(Stage):
         return results.stored_screen_hash(model, revision) == config.config_hash
 
     def run(self, checkpoint: CheckpointContext) -> StageResult:
-        from headtrace.screen import screen
+        from headtrace.screen import screen  # torch, when a task runs (planning loads none)
 
-        result = screen(checkpoint.adapter, checkpoint.probe, checkpoint.config, model_name=checkpoint.model,
-                        revision=checkpoint.revision.name, tokens=checkpoint.revision.tokens,
-                        progress=checkpoint.progress(""))
-        run = run_record(result.run, checkpoint.source, checkpoint.checkpoint_hash, checkpoint.downloaded_bytes,
-                         checkpoint.fetch_s, checkpoint.load_s)
+        result = screen(
+            checkpoint.adapter,
+            checkpoint.probe,
+            checkpoint.config,
+            model_name=checkpoint.model,
+            revision=checkpoint.revision.name,
+            tokens=checkpoint.revision.tokens,
+            progress=checkpoint.progress(""),
+        )
+        run = run_record(
+            result.run,
+            checkpoint.source,
+            checkpoint.checkpoint_hash,
+            checkpoint.downloaded_bytes,
+            checkpoint.fetch_s,
+            checkpoint.load_s,
+        )
         heads = result.heads
         if checkpoint.member is not None:
-            from headtrace.families import tag
-
             heads, run = tag(heads, *checkpoint.member), tag(run, *checkpoint.member)
         checkpoint.results.write_shard(heads, run)
         return StageResult(record=run.iloc[0].to_dict())
@@ -150,8 +149,10 @@ class AblationStage(Stage):
 
     @classmethod
     def section_keys(cls) -> dict[str, str]:
-        return {**{f.name: str(f.type) for f in dataclasses.fields(AblationConfig)},
-                "seeds": "int"}  # seeds: the old name of draws, still read
+        return {
+            **{f.name: str(f.type) for f in dataclasses.fields(AblationConfig)},
+            "seeds": "int",
+        }  # seeds: the old name of draws, still read
 
     @classmethod
     def from_section(cls, values: dict) -> "AblationStage":
@@ -175,10 +176,17 @@ class AblationStage(Stage):
         return results.stored_ablation_hash(model, revision) == self.config.config_hash(config)
 
     def run(self, checkpoint: CheckpointContext) -> StageResult:
-        from headtrace.ablation import ablate_checkpoint
+        from headtrace.ablation import ablate_checkpoint  # torch, when a task runs (planning loads none)
 
-        result = ablate_checkpoint(checkpoint.model, checkpoint.revision.name, checkpoint.config, self.config,
-                                   out=checkpoint.results.root, tokens=checkpoint.revision.tokens,
-                                   adapter=checkpoint.adapter, probe=checkpoint.probe,
-                                   progress=checkpoint.progress("ablation"))
+        result = ablate_checkpoint(
+            checkpoint.model,
+            checkpoint.revision.name,
+            checkpoint.config,
+            self.config,
+            out=checkpoint.results.root,
+            tokens=checkpoint.revision.tokens,
+            adapter=checkpoint.adapter,
+            probe=checkpoint.probe,
+            progress=checkpoint.progress("ablation"),
+        )
         return StageResult(summary=result.verdict)

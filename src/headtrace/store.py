@@ -7,8 +7,9 @@ Layout of a results directory (pandas, polars and DuckDB read each folder as one
     DIR/heads/<model-slug>@<revision>.parquet      one row per head
     DIR/runs/<model-slug>@<revision>.parquet       one row: the run record (capability, config, timings)
     DIR/ablations/<model-slug>@<revision>.parquet  one row per ablation condition (ablation.py)
-    DIR/manifest.json                              what a panel run planned and did (panel.py)
-    DIR/findings.parquet, findings.md, expect.json the findings (trajectory.py)
+    DIR/manifest.json                              what a panel run or a watched training run wrote
+    DIR/.headtrace.lock                            held by the panel or watcher writing the folder
+    DIR/findings.parquet, findings.md, expect.json the findings (findings.py)
     DIR/report/index.html                          the report (report/)
 
 A shard is complete when its run file exists: the heads file is renamed into place first, the run
@@ -23,6 +24,8 @@ import json
 import os
 import re
 import shutil
+import socket
+import sys
 import tempfile
 import time
 import uuid
@@ -32,9 +35,14 @@ from typing import Callable, Iterator
 
 import pandas as pd
 import pyarrow
+import pyarrow.parquet
+from filelock import lock_descriptor, unlock_descriptor
+from packaging.version import InvalidVersion, Version
 
-from headtrace.errors import HeadtraceError, ResultsNotWritable
+from headtrace import __version__
+from headtrace.errors import DiskFull, HeadtraceError, ResultsNotWritable
 from headtrace.revisions import parse_revision
+from headtrace.schema import SCHEMA_VERSION
 
 HEADS = "heads"
 RUNS = "runs"
@@ -65,9 +73,33 @@ def training_order(frame: pd.DataFrame, then: tuple[str, ...] = ()) -> pd.DataFr
     """Rows in training order: by model, tokens seen, step (for revisions without tokens), revision
     name, then `then`. The one sort key of revisions everywhere."""
     step = frame["revision"].map(lambda name: parse_revision(str(name)).step)
-    ordered = frame.assign(_step=step).sort_values(["model", "tokens", "_step", "revision", *then],
-                                                   na_position="last", kind="stable")
+    ordered = frame.assign(_step=step).sort_values(
+        ["model", "tokens", "_step", "revision", *then], na_position="last", kind="stable"
+    )
     return ordered.drop(columns="_step").reset_index(drop=True)
+
+
+def run_record(
+    run: pd.DataFrame,
+    source: str,
+    checkpoint_hash: str | None = None,
+    downloaded_bytes: int = 0,
+    fetch_s: float = 0.0,
+    load_s: float = 0.0,
+    **extra,
+) -> pd.DataFrame:
+    """A screen's run record with where its checkpoint came from, as a shard stores it (panels and
+    the watcher alike)."""
+    return run.assign(
+        source=source,
+        checkpoint_hash=checkpoint_hash,
+        downloaded_bytes=downloaded_bytes,
+        fetch_s=fetch_s,
+        load_s=load_s,
+        schema_version=SCHEMA_VERSION,
+        **extra,
+        finished_at=utc_now(),
+    )
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
@@ -156,8 +188,6 @@ def read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
 
 def readable(path: Path) -> bool:
     """Whether a Parquet file's footer reads (a cheap check: a truncated file fails it)."""
-    import pyarrow.parquet
-
     try:
         pyarrow.parquet.read_metadata(path)
     except (OSError, pyarrow.ArrowException):
@@ -268,12 +298,14 @@ class ResultsDir:
         """All completed shards as (heads, runs), in training order (then layer, head)."""
         names = self.completed_shards()
         if not names:
-            raise HeadtraceError(f"no results in '{self.root}' (expected {RUNS}/*.parquet); run `headtrace screen` "
-                                 "or `run` first")
+            raise HeadtraceError(
+                f"no results in '{self.root}' (expected {RUNS}/*.parquet); run `headtrace screen` or `run` first"
+            )
         missing = [n for n in names if not (self.root / HEADS / n).exists()]
         if missing:
-            raise HeadtraceError(f"results in '{self.root}' are inconsistent: run records without head tables: "
-                                 f"{missing}")
+            raise HeadtraceError(
+                f"results in '{self.root}' are inconsistent: run records without head tables: {missing}"
+            )
         runs = pd.concat([read_table(self.root / RUNS / n) for n in names], ignore_index=True)
         check_one_config_per_model(self.root, runs)
         heads = pd.concat([read_table(self.root / HEADS / n) for n in names], ignore_index=True)
@@ -342,12 +374,26 @@ def identical_weights(runs: pd.DataFrame) -> pd.Series:
         return pd.Series([None] * len(runs), index=runs.index, dtype=object)
     ordered = training_order(runs.reset_index(drop=True))
     first = ordered.dropna(subset=["checkpoint_hash"]).groupby(["model", "checkpoint_hash"]).revision.first()
-    same = [
-        first.get((m, h)) if isinstance(h, str) else None for m, h in zip(runs.model, runs.checkpoint_hash)
-    ]
-    return pd.Series(
-        [s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object
-    )
+    same = [first.get((m, h)) if isinstance(h, str) else None for m, h in zip(runs.model, runs.checkpoint_hash)]
+    return pd.Series([s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object)
+
+
+def new_shards(out: str | Path, interval: float, timeout: float | None = None) -> Iterator[list[str]]:
+    """The shards finished since the last look, in the order they were written (a training run's
+    revisions in training order): now, then every `interval` seconds until `timeout` (never without
+    one). What `headtrace results --follow` prints; the folder need not exist yet."""
+    results, seen, started = ResultsDir(out), set(), time.monotonic()
+    while True:
+        runs = results.root / RUNS
+        fresh = sorted(
+            (n for n in results.completed_shards() if n not in seen), key=lambda n: ((runs / n).stat().st_mtime_ns, n)
+        )
+        seen.update(fresh)
+        yield fresh
+        left = None if timeout is None else timeout - (time.monotonic() - started)
+        if left is not None and left <= 0:
+            return
+        time.sleep(interval if left is None else min(interval, left))
 
 
 def read_results(out: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -360,6 +406,147 @@ def load_results(out: str | Path) -> pd.DataFrame:
     return ResultsDir(out).load()
 
 
+# --------------------------------------------------------------------------------------------
+# Who writes a folder: the lock and the manifest (panels and the watcher alike).
+
+MANIFEST_SCHEMA = 1
+MANIFEST_COLUMNS = (
+    "model",
+    "revision",
+    "tokens",
+    "source",
+    "config_hash",
+    "checkpoint_hash",
+    "same_weights_as",
+    "downloaded_bytes",
+    "fetch_s",
+    "load_s",
+    "wall_s",
+    "started_at",
+    "finished_at",
+    "headtrace_version",
+    "torch_version",
+    "transformers_version",
+    "device",
+    "dtype",
+    "run_id",
+)
+
+
+class OutputLock:
+    """An exclusive lock on a results folder, held by an OS file lock (released when its process
+    dies, so a dead run's lock is taken over); the file records who holds it, for the message.
+
+    holder: how a refused process's message names this one; option: how this one's own refusal
+    says to pick another folder."""
+
+    def __init__(self, out: ResultsDir, holder: str = "another `headtrace run`", option: str = "--out"):
+        self.path = out.lock
+        self.holder, self.option = holder, option
+        self.previous_owner: dict | None = None  # a dead run's record, when its lock was taken over
+        self._fd: int | None = None
+
+    def __enter__(self) -> "OutputLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not lock_descriptor(fd, blocking=False):
+            owner = _read_owner(fd)
+            os.close(fd)
+            who = (
+                f"pid {owner.get('pid')} on {owner.get('host')}, since {owner.get('started')}"
+                if owner
+                else "another process"
+            )
+            holder = owner.get("holder", "another `headtrace run`") if owner else "another `headtrace run`"
+            raise HeadtraceError(
+                f"'{self.path.parent}' is in use by {holder} ({who}); wait for it to finish or pick "
+                f"another {self.option}"
+            )
+        self.previous_owner = _read_owner(fd)
+        record = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": utc_now(),
+            "command": " ".join(sys.argv),
+            "holder": self.holder,
+        }
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        with contextlib.suppress(OSError):  # a full disk: the lock holds without its record
+            os.write(fd, json.dumps(record).encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Let the folder go (once; again does nothing)."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        unlock_descriptor(fd)
+        os.close(fd)
+
+
+def _read_owner(fd: int) -> dict | None:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        return json.loads(os.read(fd, 4096).decode() or "null")
+    except ValueError:
+        return None
+
+
+def _newer(version: str) -> bool:
+    try:
+        return Version(version) > Version(__version__)
+    except InvalidVersion:
+        return True
+
+
+def check_written_by_us(out: ResultsDir, runs: pd.DataFrame, option: str = "--out") -> None:
+    """Refuse a directory that a newer headtrace (or results schema) wrote: we might misread it."""
+    manifest = out.manifest
+    if manifest.is_file():
+        try:
+            document = json.loads(manifest.read_text())
+        except ValueError:
+            document = {}
+        if document.get("schema", 0) > MANIFEST_SCHEMA or _newer(str(document.get("headtrace_version", "0"))):
+            raise HeadtraceError(
+                f"'{out}' was written by headtrace {document.get('headtrace_version')} (manifest "
+                f"schema {document.get('schema')}), newer than this {__version__}; upgrade headtrace "
+                f"or pick another {option}"
+            )
+    for row in runs.itertuples():
+        schema = getattr(row, "schema_version", None)
+        if _newer(str(row.headtrace_version)) or (pd.notna(schema) and schema > SCHEMA_VERSION):
+            raise HeadtraceError(
+                f"'{out}/{RUNS}' holds {row.model}@{row.revision} from headtrace "
+                f"{row.headtrace_version}, newer than this {__version__}; upgrade headtrace or pick "
+                f"another {option}"
+            )
+
+
+def manifest_shards(runs: pd.DataFrame) -> list[dict]:
+    """The manifest's record of each finished shard: its run record's provenance columns."""
+    runs = runs.assign(same_weights_as=identical_weights(runs))
+    columns = [c for c in MANIFEST_COLUMNS if c in runs]
+    return json.loads(runs[columns + ["shard"]].to_json(orient="records"))
+
+
+def write_manifest(out: ResultsDir, document: dict) -> None:
+    """DIR/manifest.json, atomically; a full disk is one line that says the finished shards are kept."""
+    try:
+        write_json_atomic(document, out.manifest)
+    except OSError as exc:
+        raise DiskFull(
+            f"cannot update '{out.manifest}': {exc.strerror or exc}; free space and re-run the same "
+            "command (finished shards are kept)"
+        ) from None
+
+
 SAVE_FORMATS = (".parquet", ".csv", ".json")
 
 
@@ -367,8 +554,9 @@ def check_save_path(path: str | Path) -> None:
     """A `--save` path must name a format by its extension and lie where a file can be written."""
     path = Path(path)
     if path.suffix.lower() not in SAVE_FORMATS:
-        raise HeadtraceError(f"cannot tell the format of '{path}' from its extension; end it with "
-                             f"{', '.join(SAVE_FORMATS)}")
+        raise HeadtraceError(
+            f"cannot tell the format of '{path}' from its extension; end it with {', '.join(SAVE_FORMATS)}"
+        )
     check_writable(path.parent, "--save path")
 
 
@@ -376,7 +564,10 @@ def save_table(table: pd.DataFrame, path: str | Path) -> None:
     """Write a table in the format its extension names (.parquet, .csv or .json: one record per row)."""
     path = Path(path)
     check_save_path(path)
-    writers = {".parquet": lambda p: table.to_parquet(p, index=False), ".csv": lambda p: table.to_csv(p, index=False),
-               ".json": lambda p: table.to_json(p, orient="records", indent=1)}
+    writers = {
+        ".parquet": lambda p: table.to_parquet(p, index=False),
+        ".csv": lambda p: table.to_csv(p, index=False),
+        ".json": lambda p: table.to_json(p, orient="records", indent=1),
+    }
     with writing_results(path, "--save path"):
         atomic_write(path, writers[path.suffix.lower()])

@@ -59,7 +59,7 @@ import pandas as pd
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.schema import Thresholds, add_labels
-from headtrace.store import ResultsDir, training_order, write_parquet_atomic, write_text_atomic, writing_results
+from headtrace.store import ResultsDir, training_order
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE = "holds", "does not hold", "not measurable"
 SHARP, GRADUAL = "sharp", "gradual"  # F2 is a measurement: its status is the shape ...
@@ -71,7 +71,8 @@ LABELS: tuple[tuple[str, str], ...] = tuple(CLASS_KEYS.items()) + (("unclassifie
 CAPABILITY: tuple[str, ...] = ("top1", "top5", "loss", "mean_logit_answer")
 CEILINGS: tuple[str, ...] = tuple(f"ceiling_{key}" for key in CLASS_KEYS.values())  # the probe's, per revision
 REQUIRED_HEAD_COLUMNS = ("model", "revision", "tokens", "layer", "head", "head_id") + tuple(
-    f"sel_{CLASS_KEYS[c]}" for c in CLASSES)
+    f"sel_{CLASS_KEYS[c]}" for c in CLASSES
+)
 OPTIONAL_HEAD_COLUMNS = ("sel_null", "sink_score", "pr", "baseline_underflow")
 ONE_REVISION = "one revision: a trajectory needs at least two"
 _TOLERANCE = 1e-9  # counts and fractions compared with thresholds like 2/3
@@ -117,15 +118,18 @@ def labelled_heads(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryCon
     if missing:
         raise HeadtraceError(f"the heads table lacks columns {missing}; re-screen or re-import the results")
     if heads.duplicated(["model", "revision", "head_id"]).any():
-        raise HeadtraceError("the heads table has a head twice for one model and revision; "
-                             "keep one results directory per panel")
+        raise HeadtraceError(
+            "the heads table has a head twice for one model and revision; keep one results directory per panel"
+        )
     table = heads.copy()
     for column in OPTIONAL_HEAD_COLUMNS:
         if column not in table.columns:
             table[column] = np.nan
     add_labels(table, config.thresholds)
     score = table["sink_score"].astype(float)
-    table["gu_sink"] = pd.array(np.where(score.isna(), None, score > config.thresholds.gu_sink_epsilon), dtype="boolean")
+    table["gu_sink"] = pd.array(
+        np.where(score.isna(), None, score > config.thresholds.gu_sink_epsilon), dtype="boolean"
+    )
     table["previous_selective"] = table["sel_previous"] >= config.previous_selective_threshold
     return training_order(table, ("layer", "head"))
 
@@ -145,8 +149,9 @@ def _class_counts(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return counts.reset_index()
 
 
-def revision_table(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
-                   config: TrajectoryConfig = TrajectoryConfig()) -> pd.DataFrame:
+def revision_table(
+    heads: pd.DataFrame, runs: pd.DataFrame | None = None, config: TrajectoryConfig = TrajectoryConfig()
+) -> pd.DataFrame:
     """One row per model x revision: class counts, milestone measures, noise floor, capability."""
     table = labelled_heads(heads, config)
     keys = ["model", "revision"]
@@ -155,8 +160,9 @@ def revision_table(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
     trusted = table.loc[~table["baseline_underflow"].astype("boolean").fillna(False).to_numpy()]
     extra["null_p99"] = trusted.groupby(keys, sort=False)["sel_null"].quantile(config.null_quantile)
     above = table.merge(extra["null_p99"].reset_index(), on=keys)
-    extra["n_induction_above_null"] = (above["sel_induction"] > above["null_p99"]).groupby(
-        [above["model"], above["revision"]], sort=False).sum()
+    extra["n_induction_above_null"] = (
+        (above["sel_induction"] > above["null_p99"]).groupby([above["model"], above["revision"]], sort=False).sum()
+    )
     extra.loc[extra["null_p99"].isna(), "n_induction_above_null"] = np.nan
     result = extra.reset_index().merge(_class_counts(table, keys), on=keys)
     if runs is not None and len(runs):
@@ -192,16 +198,25 @@ class Milestone:
     value: float  # the measure at the milestone revision (its maximum when never reached)
 
     def as_dict(self) -> dict:
-        return {"milestone": self.name, "revision": self.revision, "tokens": self.tokens,
-                "previous_revision": self.previous_revision, "previous_tokens": self.previous_tokens,
-                "value": self.value}
+        return {
+            "milestone": self.name,
+            "revision": self.revision,
+            "tokens": self.tokens,
+            "previous_revision": self.previous_revision,
+            "previous_tokens": self.previous_tokens,
+            "value": self.value,
+        }
 
 
 MilestoneSpec = tuple[str, str, float]  # (name, column of the revision table, minimum)
 
 
 def _induction_milestone(count: int, config: TrajectoryConfig) -> MilestoneSpec:
-    return f"induction >= {count} heads at {config.thresholds.induction_threshold:g}x", "screen_induction_circuit", count
+    return (
+        f"induction >= {count} heads at {config.thresholds.induction_threshold:g}x",
+        "screen_induction_circuit",
+        count,
+    )
 
 
 def _sink_milestone(fraction: float) -> MilestoneSpec:
@@ -209,10 +224,16 @@ def _sink_milestone(fraction: float) -> MilestoneSpec:
 
 
 def _milestone_specs(config: TrajectoryConfig) -> list[MilestoneSpec]:
-    previous = (f"previous-token >= {config.previous_selective_count} heads at "
-                f"{config.previous_selective_threshold:g}x", "n_previous_selective", config.previous_selective_count)
-    return ([_induction_milestone(n, config) for n in config.induction_counts]
-            + [_sink_milestone(f) for f in config.sink_fractions] + [previous])
+    previous = (
+        f"previous-token >= {config.previous_selective_count} heads at {config.previous_selective_threshold:g}x",
+        "n_previous_selective",
+        config.previous_selective_count,
+    )
+    return (
+        [_induction_milestone(n, config) for n in config.induction_counts]
+        + [_sink_milestone(f) for f in config.sink_fractions]
+        + [previous]
+    )
 
 
 def first_reaching(rows: pd.DataFrame, name: str, measure: str, minimum: float) -> Milestone:
@@ -224,15 +245,24 @@ def first_reaching(rows: pd.DataFrame, name: str, measure: str, minimum: float) 
         peak = float(np.nanmax(values)) if np.isfinite(values).any() else math.nan
         return Milestone(name, None, None, math.nan, None, math.nan, peak)
     i = int(hit[0])
-    return Milestone(name, i, str(rows["revision"].iloc[i]), float(tokens[i]),
-                     str(rows["revision"].iloc[i - 1]) if i else None, float(tokens[i - 1]) if i else 0.0,
-                     float(values[i]))
+    return Milestone(
+        name,
+        i,
+        str(rows["revision"].iloc[i]),
+        float(tokens[i]),
+        str(rows["revision"].iloc[i - 1]) if i else None,
+        float(tokens[i - 1]) if i else 0.0,
+        float(values[i]),
+    )
 
 
 def milestones(revisions: pd.DataFrame, config: TrajectoryConfig = TrajectoryConfig()) -> pd.DataFrame:
     """One row per model x milestone, from `revision_table`'s output."""
-    rows = [{"model": model, **first_reaching(group, *spec).as_dict()}
-            for model, group in revisions.groupby("model", sort=False) for spec in _milestone_specs(config)]
+    rows = [
+        {"model": model, **first_reaching(group, *spec).as_dict()}
+        for model, group in revisions.groupby("model", sort=False)
+        for spec in _milestone_specs(config)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -272,8 +302,11 @@ class ModelTrajectory:
     def wide(self, column: str) -> pd.DataFrame:
         """`column` as a [revision x head_id] frame, revisions in training order, heads by layer."""
         order = self.heads.drop_duplicates("head_id").sort_values(["layer", "head"])["head_id"]
-        return self.heads.pivot(index="revision", columns="head_id", values=column).reindex(
-            index=self.names, columns=order).astype(float)
+        return (
+            self.heads.pivot(index="revision", columns="head_id", values=column)
+            .reindex(index=self.names, columns=order)
+            .astype(float)
+        )
 
 
 def tokens_label(tokens: float) -> str:
@@ -289,7 +322,10 @@ def _at(panel: ModelTrajectory, i: int | None) -> str:
 def floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F1: sink heads per layer at every revision; the low layers that never have one."""
     floor_layers = list(range(config.floor_layers))
-    claim = f"no sink head (first-token >= {config.thresholds.sink_threshold:g}x) in layers 0-{floor_layers[-1]} at any revision"
+    claim = (
+        f"no sink head (first-token >= {config.thresholds.sink_threshold:g}x) in layers 0-{floor_layers[-1]} "
+        "at any revision"
+    )
     per_layer = panel.layers.pivot(index="revision", columns="layer", values="screen_sink").reindex(panel.names)
     numbers = {"sink_heads_per_layer": {rev: [int(v) for v in row] for rev, row in per_layer.iterrows()}}
     found = per_layer.sum(axis=0)
@@ -301,10 +337,22 @@ def floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     numbers |= {"layers_never": never, "low_layers_never": list(range(low)), "floor_sink_heads": in_floor}
     never_text = f"layers 0-{low - 1} never have one" if low else "layer 0 has one"
     if in_floor:
-        return Finding("F1", "floor", claim, DOES_NOT_HOLD,
-                       f"{in_floor} sink head-revisions in layers 0-{floor_layers[-1]}; {never_text}", numbers)
-    return Finding("F1", "floor", claim, HOLDS, f"no sink head in layers 0-{floor_layers[-1]} at any of "
-                   f"{len(panel.names)} revisions; {never_text}", numbers)
+        return Finding(
+            "F1",
+            "floor",
+            claim,
+            DOES_NOT_HOLD,
+            f"{in_floor} sink head-revisions in layers 0-{floor_layers[-1]}; {never_text}",
+            numbers,
+        )
+    return Finding(
+        "F1",
+        "floor",
+        claim,
+        HOLDS,
+        f"no sink head in layers 0-{floor_layers[-1]} at any of {len(panel.names)} revisions; {never_text}",
+        numbers,
+    )
 
 
 def _largest_rise(values: np.ndarray) -> float:
@@ -314,28 +362,46 @@ def _largest_rise(values: np.ndarray) -> float:
 
 def shape(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F2: the shape of the whole-model sink fraction, `sharp` or `gradual` (a measurement, no verdict)."""
-    claim = (f"shape of the sink-fraction trajectory: sharp when the largest adjacent-revision rise is >= "
-             f"{config.sharp_share:.0%} of the total rise, else gradual")
+    claim = (
+        f"shape of the sink-fraction trajectory: sharp when the largest adjacent-revision rise is >= "
+        f"{config.sharp_share:.0%} of the total rise, else gradual"
+    )
     fractions = panel.revisions["screen_sink_fraction"].to_numpy(dtype=float)
     numbers = {"sink_fraction": dict(zip(panel.names, fractions.tolist()))}
     if len(fractions) < 2:
         return Finding("F2", "shape", claim, NOT_MEASURABLE, ONE_REVISION, numbers)
     total = _largest_rise(fractions)
     if not total >= config.min_rise:
-        return Finding("F2", "shape", claim, NOT_MEASURABLE,
-                       f"the sink fraction never rises by {config.min_rise:.0%} (largest rise {total:.1%})", numbers)
+        return Finding(
+            "F2",
+            "shape",
+            claim,
+            NOT_MEASURABLE,
+            f"the sink fraction never rises by {config.min_rise:.0%} (largest rise {total:.1%})",
+            numbers,
+        )
     steps = np.diff(fractions)
     i = int(np.argmax(steps))
     share = float(steps[i] / total)
     verdict = SHARP if share >= config.sharp_share - _TOLERANCE else GRADUAL
-    numbers |= {"total_rise": total, "largest_jump": float(steps[i]), "jump_from": panel.names[i],
-                "jump_to": panel.names[i + 1], "jump_from_tokens": panel.tokens[i],
-                "jump_to_tokens": panel.tokens[i + 1], "share": share, "verdict": verdict,
-                "monotone": bool((steps >= 0).all()), "largest_drop": float(max(0.0, -steps.min()))}
+    numbers |= {
+        "total_rise": total,
+        "largest_jump": float(steps[i]),
+        "jump_from": panel.names[i],
+        "jump_to": panel.names[i + 1],
+        "jump_from_tokens": panel.tokens[i],
+        "jump_to_tokens": panel.tokens[i + 1],
+        "share": share,
+        "verdict": verdict,
+        "monotone": bool((steps >= 0).all()),
+        "largest_drop": float(max(0.0, -steps.min())),
+    }
     criterion = f"{'>=' if verdict == SHARP else '<'} {config.sharp_share:.0%}"
-    statement = (f"{verdict}: the largest jump, {fractions[i]:.1%} -> {fractions[i + 1]:.1%} from {_at(panel, i)} to "
-                 f"{_at(panel, i + 1)}, is {share:.0%} of the {total:.1%} rise ({criterion}); "
-                 + ("monotone" if numbers["monotone"] else f"not monotone (largest drop {numbers['largest_drop']:.1%})"))
+    statement = (
+        f"{verdict}: the largest jump, {fractions[i]:.1%} -> {fractions[i + 1]:.1%} from {_at(panel, i)} to "
+        f"{_at(panel, i + 1)}, is {share:.0%} of the {total:.1%} rise ({criterion}); "
+        + ("monotone" if numbers["monotone"] else f"not monotone (largest drop {numbers['largest_drop']:.1%})")
+    )
     return Finding("F2", "shape", claim, verdict, statement, numbers)
 
 
@@ -345,39 +411,65 @@ def compare_expected(found: Finding, expected: str | None) -> Finding:
     if expected is None or measured is None:
         return found
     status = AS_EXPECTED if measured == expected else DIFFERS
-    return dataclasses.replace(found, status=status, statement=f"{found.statement}; expected {expected}",
-                               numbers=found.numbers | {"expected": expected})
+    return dataclasses.replace(
+        found,
+        status=status,
+        statement=f"{found.statement}; expected {expected}",
+        numbers=found.numbers | {"expected": expected},
+    )
 
 
 def timing(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F3: tokens(sink >= 50%) / tokens(induction >= 3 heads), bracketed by the revision grid."""
     sink_spec = _sink_milestone(config.timing_sink_fraction)
     induction_spec = _induction_milestone(config.timing_induction_count, config)
-    claim = (f"sinks spread after the induction circuit forms: tokens({sink_spec[0]}) / tokens({induction_spec[0]})"
-             " > 1")
+    claim = f"sinks spread after the induction circuit forms: tokens({sink_spec[0]}) / tokens({induction_spec[0]}) > 1"
     if len(panel.names) < 2:
         return Finding("F3", "timing", claim, NOT_MEASURABLE, ONE_REVISION, {})
     sink = first_reaching(panel.revisions, *sink_spec)
     induction = first_reaching(panel.revisions, *induction_spec)
     numbers = {"sink": sink.as_dict(), "induction": induction.as_dict()}
     never = ([f"{sink.name} (max {sink.value:.1%})"] if sink.index is None else []) + (
-        [f"{induction.name} (max {induction.value:g} heads)"] if induction.index is None else [])
+        [f"{induction.name} (max {induction.value:g} heads)"] if induction.index is None else []
+    )
     if never:
         return Finding("F3", "timing", claim, NOT_MEASURABLE, "never reached: " + "; ".join(never), numbers)
-    if not (np.isfinite(sink.tokens) and np.isfinite(induction.tokens)):
-        return Finding("F3", "timing", claim, NOT_MEASURABLE, "tokens unknown for the milestone revisions", numbers)
+    brackets = (
+        (sink.revision, sink.tokens),
+        (sink.previous_revision, sink.previous_tokens),
+        (induction.revision, induction.tokens),
+        (induction.previous_revision, induction.previous_tokens),
+    )
+    unknown = sorted({revision for revision, tokens in brackets if revision is not None and not np.isfinite(tokens)})
+    if unknown:
+        return Finding(
+            "F3",
+            "timing",
+            claim,
+            NOT_MEASURABLE,
+            f"tokens unknown for {', '.join(unknown)}, which bracket the milestones",
+            numbers,
+        )
     ratio = sink.tokens / induction.tokens
     low = sink.previous_tokens / induction.tokens
     high = sink.tokens / induction.previous_tokens if induction.previous_tokens > 0 else math.inf
     numbers |= {"ratio": ratio, "ratio_low": low, "ratio_high": high}
-    statement = (f"ratio {ratio:.3g}x ({sink.name} at {sink.revision}, {tokens_label(sink.tokens)}; {induction.name} "
-                 f"at {induction.revision}, {tokens_label(induction.tokens)}); grid range {low:.3g}x-{high:.3g}x")
+    statement = (
+        f"ratio {ratio:.3g}x ({sink.name} at {sink.revision}, {tokens_label(sink.tokens)}; {induction.name} "
+        f"at {induction.revision}, {tokens_label(induction.tokens)}); grid range {low:.3g}x-{high:.3g}x"
+    )
     if low >= 1:
         return Finding("F3", "timing", claim, HOLDS, statement, numbers)
     if high <= 1:
         return Finding("F3", "timing", claim, DOES_NOT_HOLD, statement, numbers)
-    return Finding("F3", "timing", claim, NOT_MEASURABLE,
-                   statement + ": the revision grid cannot order the two milestones", numbers)
+    return Finding(
+        "F3",
+        "timing",
+        claim,
+        NOT_MEASURABLE,
+        statement + ": the revision grid cannot order the two milestones",
+        numbers,
+    )
 
 
 def final_circuit(panel: ModelTrajectory, config: TrajectoryConfig) -> list[str]:
@@ -401,30 +493,52 @@ def _no_trajectory(panel: ModelTrajectory, config: TrajectoryConfig) -> str:
 
 def early_identification(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F4: recall of the final induction circuit per revision; first revisions at each level."""
-    claim = (f"the final induction circuit is identified early: recall >= {config.early_recall:.0%} within the first "
-             f"{config.early_share:.0%} of training tokens")
+    claim = (
+        f"the final induction circuit is identified early: recall >= {config.early_recall:.0%} within the first "
+        f"{config.early_share:.0%} of training tokens"
+    )
     circuit = final_circuit(panel, config)
     if len(panel.names) < 2 or not circuit:
         return Finding("F4", "early identification", claim, NOT_MEASURABLE, _no_trajectory(panel, config), {})
     per_revision = recall(panel, config).to_numpy()
     rows = panel.revisions.assign(recall=per_revision)
     total = panel.tokens[-1]
-    levels = {f"{level:.0%}": first_reaching(rows, f"recall >= {level:.0%}", "recall", level)
-              for level in config.recall_levels}
-    numbers = {"final_circuit": circuit, "recall": dict(zip(panel.names, per_revision.tolist())),
-               "total_tokens": total,
-               "levels": {k: {**m.as_dict(), "share": m.tokens / total} for k, m in levels.items()}}
-    reached = ", ".join(f"{k} at {_at(panel, m.index)} = {m.tokens / total:.1%} of training"
-                        if np.isfinite(m.tokens / total) else f"{k} at {_at(panel, m.index)}"
-                        for k, m in levels.items())
+    levels = {
+        f"{level:.0%}": first_reaching(rows, f"recall >= {level:.0%}", "recall", level)
+        for level in config.recall_levels
+    }
+    numbers = {
+        "final_circuit": circuit,
+        "recall": dict(zip(panel.names, per_revision.tolist())),
+        "total_tokens": total,
+        "levels": {k: {**m.as_dict(), "share": m.tokens / total} for k, m in levels.items()},
+    }
+    reached = ", ".join(
+        f"{k} at {_at(panel, m.index)} = {m.tokens / total:.1%} of training"
+        if np.isfinite(m.tokens / total)
+        else f"{k} at {_at(panel, m.index)}"
+        for k, m in levels.items()
+    )
     statement = f"final circuit {{{', '.join(sorted(circuit))}}}; recall {reached}"
     early = first_reaching(rows, "early", "recall", config.early_recall)
     share = early.tokens / total
     if not np.isfinite(share):
-        return Finding("F4", "early identification", claim, NOT_MEASURABLE,
-                       statement + "; tokens unknown", numbers)
-    return Finding("F4", "early identification", claim,
-                   HOLDS if share <= config.early_share else DOES_NOT_HOLD, statement, numbers)
+        unknown = dict.fromkeys(
+            name
+            for name, tokens in ((early.revision, early.tokens), (panel.names[-1], total))
+            if not np.isfinite(tokens)
+        )
+        return Finding(
+            "F4",
+            "early identification",
+            claim,
+            NOT_MEASURABLE,
+            statement + f"; tokens unknown for {', '.join(unknown)}",
+            numbers,
+        )
+    return Finding(
+        "F4", "early identification", claim, HOLDS if share <= config.early_share else DOES_NOT_HOLD, statement, numbers
+    )
 
 
 def pr_elevation(pr: np.ndarray, fraction: float, min_rise: float) -> int | None:
@@ -440,26 +554,34 @@ def pr_elevation(pr: np.ndarray, fraction: float, min_rise: float) -> int | None
     return int(np.flatnonzero(rise >= fraction * top)[0])
 
 
-def _leads(panel: ModelTrajectory, config: TrajectoryConfig, circuit: list[str], fraction: float
-           ) -> tuple[dict[str, dict], dict[str, str]]:
+def _leads(
+    panel: ModelTrajectory, config: TrajectoryConfig, circuit: list[str], fraction: float
+) -> tuple[dict[str, dict], dict[str, str]]:
     """Per circuit head: its PR elevation vs its crossing (lead in revisions), or why it has none."""
     pr, selectivity = panel.wide("pr"), panel.wide("sel_induction")
     per_head, unmeasured = {}, {}
     for head in circuit:
         crossing = int(np.flatnonzero(selectivity[head].to_numpy() >= config.thresholds.induction_threshold)[0])
         if crossing == 0:
-            unmeasured[head] = (f"already at {selectivity[head].iloc[0]:.3g}x at the first revision "
-                                f"({panel.names[0]}): no measurable lead")
+            unmeasured[head] = (
+                f"already at {selectivity[head].iloc[0]:.3g}x at the first revision "
+                f"({panel.names[0]}): no measurable lead"
+            )
             continue
         elevated = pr_elevation(pr[head].to_numpy(), fraction, config.pr_min_rise)
         if elevated is None:
-            unmeasured[head] = ("no PR" if pr[head].isna().all()
-                                else f"PR never rises by {config.pr_min_rise:g} above an earlier value")
+            unmeasured[head] = (
+                "no PR" if pr[head].isna().all() else f"PR never rises by {config.pr_min_rise:g} above an earlier value"
+            )
             continue
-        per_head[head] = {"pr_elevated": panel.names[elevated], "pr_elevated_tokens": panel.tokens[elevated],
-                          "crossing": panel.names[crossing], "crossing_tokens": panel.tokens[crossing],
-                          "lead_revisions": crossing - elevated,
-                          "lead_tokens": panel.tokens[crossing] - panel.tokens[elevated]}
+        per_head[head] = {
+            "pr_elevated": panel.names[elevated],
+            "pr_elevated_tokens": panel.tokens[elevated],
+            "crossing": panel.names[crossing],
+            "crossing_tokens": panel.tokens[crossing],
+            "lead_revisions": crossing - elevated,
+            "lead_tokens": panel.tokens[crossing] - panel.tokens[elevated],
+        }
     return per_head, unmeasured
 
 
@@ -475,8 +597,11 @@ def _sensitivity(panel: ModelTrajectory, config: TrajectoryConfig, circuit: list
         per_head, _ = _leads(panel, config, circuit, float(fraction))
         leads = [v["lead_revisions"] for v in per_head.values()]
         median = float(np.median(leads)) if leads else math.nan
-        rows[float(fraction)] = {"median_lead_revisions": median, "n_heads": len(leads),
-                                 "verdict": _lead_verdict(median) if leads else NOT_MEASURABLE}
+        rows[float(fraction)] = {
+            "median_lead_revisions": median,
+            "n_heads": len(leads),
+            "verdict": _lead_verdict(median) if leads else NOT_MEASURABLE,
+        }
     return rows
 
 
@@ -500,9 +625,11 @@ def _sensitivity_text(rows: dict[float, dict]) -> str:
 
 def spectral_lead(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F5: per final-circuit head, first revision with elevated PR vs first selectivity crossing."""
-    claim = (f"PR rises at or before the revision where induction selectivity crosses {config.thresholds.induction_threshold:g}x "
-             f"(median lead >= 0 revisions; elevated = PR >= {config.pr_rise_fraction:g} of its largest rise above "
-             "its running minimum)")
+    claim = (
+        "PR rises at or before the revision where induction selectivity crosses "
+        f"{config.thresholds.induction_threshold:g}x (median lead >= 0 revisions; elevated = PR >= "
+        f"{config.pr_rise_fraction:g} of its largest rise above its running minimum)"
+    )
     circuit = final_circuit(panel, config)
     if len(panel.names) < 2 or not circuit:
         return Finding("F5", "spectral lead", claim, NOT_MEASURABLE, _no_trajectory(panel, config), {})
@@ -510,68 +637,100 @@ def spectral_lead(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
         return Finding("F5", "spectral lead", claim, NOT_MEASURABLE, "no PR in the panel", {})
     per_head, unmeasured = _leads(panel, config, circuit, config.pr_rise_fraction)
     sensitivity = _sensitivity(panel, config, circuit)
-    numbers = {"heads": per_head, "not_measured": unmeasured, "sensitivity": sensitivity,
-               "fragile": len({r["verdict"] for r in sensitivity.values()}) > 1}
+    numbers = {
+        "heads": per_head,
+        "not_measured": unmeasured,
+        "sensitivity": sensitivity,
+        "fragile": len({r["verdict"] for r in sensitivity.values()}) > 1,
+    }
     not_measured = "; ".join(f"{h}: {why}" for h, why in unmeasured.items())
     if not per_head:
-        return Finding("F5", "spectral lead", claim, NOT_MEASURABLE,
-                       f"no final-circuit head measurable ({not_measured})", numbers)
+        return Finding(
+            "F5", "spectral lead", claim, NOT_MEASURABLE, f"no final-circuit head measurable ({not_measured})", numbers
+        )
     leads = np.array([v["lead_revisions"] for v in per_head.values()])
     median = float(np.median(leads))
     numbers["median_lead_revisions"] = median
-    detail = ", ".join(f"{h} {v['pr_elevated']} vs {v['crossing']} ({v['lead_revisions']:+d})"
-                       for h, v in per_head.items())
-    statement = (f"PR elevated at or before the crossing in {int((leads >= 0).sum())} of {len(leads)} measurable "
-                 f"final-circuit heads ({detail}); median lead {median:g} revisions"
-                 + (f"; not measurable: {not_measured}" if unmeasured else "")
-                 + f"; {_sensitivity_text(sensitivity)}")
+    detail = ", ".join(
+        f"{h} {v['pr_elevated']} vs {v['crossing']} ({v['lead_revisions']:+d})" for h, v in per_head.items()
+    )
+    statement = (
+        f"PR elevated at or before the crossing in {int((leads >= 0).sum())} of {len(leads)} measurable "
+        f"final-circuit heads ({detail}); median lead {median:g} revisions"
+        + (f"; not measurable: {not_measured}" if unmeasured else "")
+        + f"; {_sensitivity_text(sensitivity)}"
+    )
     return Finding("F5", "spectral lead", claim, _lead_verdict(median), statement, numbers)
 
 
 def noise_floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F6: null-selectivity p99 per revision and induction heads above it."""
-    claim = (f"every induction-circuit head (>= {config.thresholds.induction_threshold:g}x) lies above its revision's null "
-             f"p{config.null_quantile * 100:g}")
+    claim = (
+        f"every induction-circuit head (>= {config.thresholds.induction_threshold:g}x) lies above its revision's null "
+        f"p{config.null_quantile * 100:g}"
+    )
     p99 = panel.revisions["null_p99"].to_numpy(dtype=float)
-    numbers = {"null_p99": dict(zip(panel.names, p99.tolist())),
-               "n_induction_above_null": dict(zip(panel.names, panel.revisions["n_induction_above_null"].tolist()))}
+    numbers = {
+        "null_p99": dict(zip(panel.names, p99.tolist())),
+        "n_induction_above_null": dict(zip(panel.names, panel.revisions["n_induction_above_null"].tolist())),
+    }
     if np.isnan(p99).all():
-        return Finding("F6", "noise floor", claim, NOT_MEASURABLE, "no null selectivity (sel_null) in the panel", numbers)
+        return Finding(
+            "F6", "noise floor", claim, NOT_MEASURABLE, "no null selectivity (sel_null) in the panel", numbers
+        )
     selectivity = panel.wide("sel_induction")
     members = selectivity >= config.thresholds.induction_threshold
     if not members.any().any():
-        return Finding("F6", "noise floor", claim, NOT_MEASURABLE,
-                       f"no head at {config.thresholds.induction_threshold:g}x at any revision", numbers)
+        return Finding(
+            "F6",
+            "noise floor",
+            claim,
+            NOT_MEASURABLE,
+            f"no head at {config.thresholds.induction_threshold:g}x at any revision",
+            numbers,
+        )
     measured = members & np.isfinite(p99)[:, None]
     below = measured & ~(selectivity.gt(pd.Series(p99, index=selectivity.index), axis=0))
     n_members, n_below = int(measured.to_numpy().sum()), int(below.to_numpy().sum())
     numbers |= {"circuit_memberships": n_members, "below_null": n_below}
-    statement = (f"null p{config.null_quantile * 100:g} {np.nanmin(p99):.3g}x-{np.nanmax(p99):.3g}x over "
-                 f"{int(np.isfinite(p99).sum())} revisions; {n_members - n_below} of {n_members} circuit "
-                 f"memberships above it")
+    statement = (
+        f"null p{config.null_quantile * 100:g} {np.nanmin(p99):.3g}x-{np.nanmax(p99):.3g}x over "
+        f"{int(np.isfinite(p99).sum())} revisions; {n_members - n_below} of {n_members} circuit "
+        f"memberships above it"
+    )
     return Finding("F6", "noise floor", claim, HOLDS if n_below == 0 else DOES_NOT_HOLD, statement, numbers)
 
 
 FINDINGS = (floor, shape, timing, early_identification, spectral_lead, noise_floor)
 
 
-def model_trajectories(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
-                 config: TrajectoryConfig = TrajectoryConfig()) -> list[ModelTrajectory]:
+def model_trajectories(
+    heads: pd.DataFrame, runs: pd.DataFrame | None = None, config: TrajectoryConfig = TrajectoryConfig()
+) -> list[ModelTrajectory]:
     """Split a panel's tables into per-model panels (labelled under `config`)."""
     table = labelled_heads(heads, config)
     revisions = revision_table(heads, runs, config)
     layers = layer_table(heads, config)
-    return [ModelTrajectory(str(model), table.loc[table.model == model].reset_index(drop=True),
-                       revisions.loc[revisions.model == model].reset_index(drop=True),
-                       layers.loc[layers.model == model].reset_index(drop=True))
-            for model in revisions["model"].unique()]
+    return [
+        ModelTrajectory(
+            str(model),
+            table.loc[table.model == model].reset_index(drop=True),
+            revisions.loc[revisions.model == model].reset_index(drop=True),
+            layers.loc[layers.model == model].reset_index(drop=True),
+        )
+        for model in revisions["model"].unique()
+    ]
 
 
 Expectations = Mapping[str, Mapping[str, str]]  # model -> finding code -> expected result (EXPECTABLE)
 
 
-def findings(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
-             config: TrajectoryConfig = TrajectoryConfig(), expect: Expectations | None = None) -> pd.DataFrame:
+def findings(
+    heads: pd.DataFrame,
+    runs: pd.DataFrame | None = None,
+    config: TrajectoryConfig = TrajectoryConfig(),
+    expect: Expectations | None = None,
+) -> pd.DataFrame:
     """One row per model x finding: status, one-line statement, claim, and its numbers as JSON.
 
     `expect`: per model, the expected result of a measurement finding (F2: sharp or gradual); its
@@ -585,8 +744,17 @@ def findings(heads: pd.DataFrame, runs: pd.DataFrame | None = None,
             found = compute(panel, config)
             if found.code in EXPECTABLE:
                 found = compare_expected(found, expect.get(panel.name, {}).get(found.code))
-            rows.append({"model": panel.name, "finding": found.code, "title": found.title, "status": found.status,
-                         "statement": found.statement, "claim": found.claim, "numbers": _to_json(found.numbers)})
+            rows.append(
+                {
+                    "model": panel.name,
+                    "finding": found.code,
+                    "title": found.title,
+                    "status": found.status,
+                    "statement": found.statement,
+                    "claim": found.claim,
+                    "numbers": _to_json(found.numbers),
+                }
+            )
     return pd.DataFrame(rows, columns=["model", "finding", "title", "status", "statement", "claim", "numbers"])
 
 
@@ -595,11 +763,12 @@ def check_expectations(expect: Expectations) -> None:
     for model, codes in expect.items():
         for code, value in codes.items():
             if code not in EXPECTABLE:
-                raise HeadtraceError(f"{model}: expect names {code}, which is a claim with a verdict; "
-                                     f"expected results are for measurements: {', '.join(EXPECTABLE)}")
+                raise HeadtraceError(
+                    f"{model}: expect names {code}, which is a claim with a verdict; "
+                    f"expected results are for measurements: {', '.join(EXPECTABLE)}"
+                )
             if value not in EXPECTABLE[code]:
-                raise HeadtraceError(f"{model}: expect {code} = '{value}' is not one of: "
-                                     f"{', '.join(EXPECTABLE[code])}")
+                raise HeadtraceError(f"{model}: expect {code} = '{value}' is not one of: {', '.join(EXPECTABLE[code])}")
 
 
 def _to_json(numbers: dict) -> str:
@@ -638,17 +807,24 @@ def findings_markdown(table: pd.DataFrame, stones: pd.DataFrame) -> str:
     shown = stones.assign(
         revision=stones["revision"].fillna("never"),
         tokens=stones["tokens"].map(lambda t: tokens_label(t) if np.isfinite(t) else ""),
-        bracket=[f"{prev if isinstance(prev, str) else 'start'} < t <= {rev}" if isinstance(rev, str) else ""
-                 for prev, rev in zip(stones["previous_revision"], stones["revision"])],
+        bracket=[
+            f"{prev if isinstance(prev, str) else 'start'} < t <= {rev}" if isinstance(rev, str) else ""
+            for prev, rev in zip(stones["previous_revision"], stones["revision"])
+        ],
     )[["model", "milestone", "revision", "tokens", "bracket"]]
-    return "\n\n".join([
-        "# headtrace findings",
-        _markdown_table(table[["model", "finding", "title", "status", "statement"]]),
-        "## Criteria",
-        _markdown_table(claims),
-        "## Milestones (first revision where the condition holds; the event lies in the bracket)",
-        _markdown_table(shown),
-    ]) + "\n"
+    return (
+        "\n\n".join(
+            [
+                "# headtrace findings",
+                _markdown_table(table[["model", "finding", "title", "status", "statement"]]),
+                "## Criteria",
+                _markdown_table(claims),
+                "## Milestones (first revision where the condition holds; the event lies in the bracket)",
+                _markdown_table(shown),
+            ]
+        )
+        + "\n"
+    )
 
 
 def read_expectations(results_dir: str | Path) -> dict[str, dict[str, str]]:
@@ -662,27 +838,3 @@ def read_expectations(results_dir: str | Path) -> dict[str, dict[str, str]]:
         raise HeadtraceError(f"'{path}' is not valid JSON; delete it or pass the panel again with --panel") from None
     check_expectations(expect)
     return expect
-
-
-def write_findings(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig(),
-                   expect: Expectations | None = None) -> pd.DataFrame:
-    """Compute the findings of a results directory; write DIR/findings.parquet and DIR/findings.md.
-
-    `expect` (a panel's per-model expectations) is stored in DIR/expect.json and used by later calls
-    and the report; without it, the stored expectations apply. Seed families add their rows across
-    seeds (families.with_family_rows)."""
-    from headtrace.families import family_markdown, model_rows, read_gaps, with_family_rows
-
-    config.validate()
-    out = ResultsDir(results_dir)
-    heads, runs = out.read()
-    with writing_results(out.root):
-        if expect is not None:
-            check_expectations(expect)
-            write_text_atomic(json.dumps(expect, indent=1, sort_keys=True), out.expect)
-        table = findings(heads, runs, config, read_expectations(out.root))
-        table = with_family_rows(table, heads, runs, config, read_gaps(out.root))
-        stones = milestones(revision_table(heads, runs, config), config)
-        write_parquet_atomic(table, out.findings)
-        write_text_atomic(findings_markdown(model_rows(table), stones) + family_markdown(table), out.findings_md)
-    return table

@@ -15,20 +15,24 @@ watcher is bit-identical to training without one, and its tables are bit-identic
 the saved checkpoint of the same step.
 
 The model is a Hugging Face causal LM, a TransformerLens model (`HookedTransformer`,
-`TransformerBridge`) or an nnsight `LanguageModel` (interop.py). It is screened where it is, in its dtype (the stored config records that device and
-dtype). Supported: one process on the CPU, a GPU or MPS, in float32, bfloat16 or float16; DDP (the
-wrapped model's `.module` is screened on rank 0 alone; the other ranks wait at their next
-collective). FSDP and DeepSpeed ZeRO-3 shard the parameters, so no rank holds the model: refused.
+`TransformerBridge`) or an nnsight `LanguageModel` (interop.py). It is screened where it is, in its
+dtype (the stored config records that device and dtype). Supported: one process on the CPU, a GPU or
+MPS, in float32, bfloat16 or float16; DDP (the wrapped model's `.module` is screened on rank 0
+alone; the other ranks wait at their next collective). FSDP and DeepSpeed ZeRO-3 shard the
+parameters, so no rank holds the model: refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import re
+import shutil
 import sys
 import time
+import uuid
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -38,10 +42,29 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
+from headtrace import __version__
 from headtrace.errors import HeadtraceError
-from headtrace.probes import PROBES
+from headtrace.organism.config import REVISIONS_FILE, checkpoint_steps, revision_name
+from headtrace.probes import PROBES, build_probe
 from headtrace.schema import ScreenConfig
-from headtrace.store import ResultsDir, atomic_folder, check_writable, slug, write_json_atomic
+from headtrace.store import (
+    MANIFEST_SCHEMA,
+    RUNS,
+    OutputLock,
+    ResultsDir,
+    atomic_folder,
+    check_writable,
+    check_written_by_us,
+    manifest_shards,
+    run_record,
+    shard_name,
+    slug,
+    utc_now,
+    write_json_atomic,
+    write_manifest,
+    writing_results,
+)
+from headtrace.trajectory import TrajectoryConfig, milestones, revision_table
 
 if TYPE_CHECKING:
     import torch
@@ -51,7 +74,7 @@ if TYPE_CHECKING:
 Revisions = str | Sequence[int] | None
 _PART = re.compile(r"^(log|every):(\d+)$")
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/<model>/: the checkpoints saved at milestones
-REVISIONS_FILE = "revisions.json"  # as sources.REVISIONS_FILE: such a folder is a LocalSource
+_HOLDERS: dict[str, weakref.ref] = {}  # lock file -> the watcher of this process that holds it
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,13 +83,17 @@ REVISIONS_FILE = "revisions.json"  # as sources.REVISIONS_FILE: such a folder is
 
 @dataclass(frozen=True)
 class Schedule:
-    """The steps to screen: an explicit set, plus every `every` steps."""
+    """The steps to screen: an explicit set, plus every `every` steps up to `last` (a modulo test:
+    no list of those steps is ever built, whatever the run's length)."""
 
     steps: frozenset[int] = frozenset()
     every: int | None = None
+    last: int | None = None  # the run's last step (None: unbounded)
 
     def due(self, step: int) -> bool:
-        return step in self.steps or (self.every is not None and step > 0 and step % self.every == 0)
+        return step in self.steps or (
+            self.every is not None and 0 < step and step % self.every == 0 and (self.last is None or step <= self.last)
+        )
 
 
 def schedule(revisions: Revisions, total_steps: int | None = None) -> Schedule:
@@ -100,20 +127,8 @@ def schedule(revisions: Revisions, total_steps: int | None = None) -> Schedule:
         elif total_steps is None:
             raise HeadtraceError(f"'{part}' spaces screens over the run: give total_steps (the Trainer's max_steps)")
         else:
-            from headtrace.organism.train import checkpoint_steps
-
             steps.update(checkpoint_steps(total_steps, n))
-    if every is not None and total_steps is not None:
-        steps.update(range(every, total_steps + 1, every))
-        every = None
-    return Schedule(frozenset(steps), every)
-
-
-def revision_name(step: int, total_steps: int | None = None) -> str:
-    """`step000128`: the organism trainer's name for the same step; wider where the run needs it,
-    so names sort in training order."""
-    width = max(6, len(str(total_steps or 0)))
-    return f"step{step:0{width}d}"
+    return Schedule(frozenset(steps), every, total_steps)
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,7 +140,7 @@ def training_state_kept(model: "torch.nn.Module") -> Iterator[None]:
     """Eval mode and no-grad for the block; afterwards every module's training flag and the RNG
     states (torch CPU, CUDA and MPS, Python, NumPy) are as they were, so training goes on exactly
     as it would have without the block."""
-    import torch
+    import torch  # importing the watcher loads no torch
 
     modes = [(module, module.training) for module in model.modules()]
     python, numpy_state, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
@@ -150,7 +165,7 @@ def training_state_kept(model: "torch.nn.Module") -> Iterator[None]:
 def unwrapped(model: "torch.nn.Module") -> "torch.nn.Module":
     """The model inside DDP, DataParallel or torch.compile; FSDP and DeepSpeed ZeRO-3 are refused:
     their ranks hold shards of the parameters, and a screen needs the whole model."""
-    import torch
+    import torch  # importing the watcher loads no torch
 
     while True:
         kind = type(model).__name__
@@ -200,6 +215,14 @@ class Watcher:
     folder of checkpoints with revisions.json that `headtrace ablate --revision` and panels read);
     tokenizer: saved with those checkpoints, and the BOS id of the probe (default: the model's
     config); rank: this process's rank (default: torch.distributed's, else 0), only rank 0 screens.
+
+    One watcher is one training run, with its own `run_id` (in the run records and the manifest).
+    It holds the results folder's lock from its making to `close()` (the organism trainer and the
+    Trainer callback close it when training ends, and so does `with Watcher(...) as watch:`), and
+    keeps DIR/manifest.json as a panel does. Before its first write (`prepare`, or the first
+    screen) it refuses a folder that holds this model's screens from another run; overwrite=True:
+    that run's screens go first; resume=True: this run resumes that one from its checkpoint, its
+    screens are kept and the new ones added.
     """
 
     def __init__(
@@ -214,31 +237,42 @@ class Watcher:
         checkpoint_dir: str | Path | None = None,
         tokenizer=None,
         rank: int | None = None,
+        overwrite: bool = False,
+        resume: bool = False,
     ):
         config.validate()
         if not model_id or not str(model_id).strip():
             raise HeadtraceError("model_id names the model in the tables: give a non-empty one")
         if PROBES.get(config.probe.kind).needs_tokenizer and tokenizer is None:
             raise HeadtraceError(f"the {config.probe.kind} probe needs a tokenizer: pass tokenizer= to the watcher")
+        if overwrite and resume:
+            raise HeadtraceError("overwrite=True replaces an earlier run's screens, resume=True keeps them: pass one")
         self.out = Path(out)
         self.results = ResultsDir(out)
         self.model_id = str(model_id)
         self.config = config
+        self.revisions = revisions
         self.total_steps = total_steps
         self.schedule = schedule(revisions, total_steps)
         self.save_at_milestones = save_at_milestones
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else self.out / CHECKPOINTS / slug(self.model_id)
         self.tokenizer = tokenizer
         self.rank = _rank() if rank is None else rank
+        self.overwrite, self.resume = overwrite, resume
+        self.run_id = uuid.uuid4().hex[:16]
+        self.started = False  # this run's writes began (`start`)
+        self.closed = False
         self.screened: list[dict] = []  # {"revision", "step", "tokens"} per screen, in order
         self.milestones: dict[str, str] = {}  # milestone -> the revision that first reached it
         self.saved: list[dict] = []  # checkpoints saved at milestones (revisions.json entries)
         self.screen_s = 0.0  # wall time spent in screens and writing them
         self._probe = None
         self._resolved: ScreenConfig | None = None
+        self._runs: list[pd.DataFrame] = []  # the folder's run records (with `shard`), for the manifest
+        self._release = None
         if self.active:
-            check_writable(self.out)
-            self._check_one_config(config)
+            check_writable(self.out, "results folder")
+            self._lock()
 
     @property
     def active(self) -> bool:
@@ -246,7 +280,7 @@ class Watcher:
         return self.rank == 0
 
     def due(self, step: int) -> bool:
-        """Whether `step` is scheduled (a set lookup)."""
+        """Whether `step` is scheduled (a set lookup and a modulo)."""
         return self.schedule.due(step)
 
     def step(self, model, step: int, tokens_seen: float | None = None) -> "ScreenResult | None":
@@ -256,22 +290,148 @@ class Watcher:
         return self.screen(model, step, tokens_seen)
 
     def prepare(self, model) -> None:
-        """Build the probe and check it against the model (vocabulary, context, BOS) and the
-        config against the results folder: call before training to fail before it starts."""
+        """Check the folder (another run's screens of this model), build the probe and check it
+        against the model (vocabulary, context, BOS) and the config against the folder: call before
+        training to fail before it starts."""
         if not self.active:
             return
-        from headtrace.interop import as_adapter, native_model
+        from headtrace.interop import as_adapter, native_model  # torch: importing the watcher loads none
 
+        self.start()
         self._prepared(as_adapter(unwrapped(native_model(model))))
 
+    def start(self, overwrite: bool | None = None, resume: bool | None = None) -> None:
+        """Begin this run's writes (once; `prepare` and the first screen call it, the organism trainer
+        with overwrite=True, as it trains from scratch): this model's screens from another run are
+        refused, replaced (overwrite) or continued (resume), then the manifest is written."""
+        if self.started or not self.active:
+            return
+        self._check_open()
+        overwrite = self.overwrite if overwrite is None else overwrite
+        resume = self.resume if resume is None else resume
+        runs = self.results.existing_runs()
+        check_written_by_us(self.results, runs, "results folder")
+        mine = runs.loc[runs["model"] == self.model_id] if "model" in runs else runs.iloc[0:0]
+        if len(mine):
+            earlier = sorted({_run_id(r) for r in mine.get("run_id", pd.Series([None] * len(mine)))}, key=str)
+            if overwrite:
+                self._discard(list(mine["shard"]))
+                runs = runs.loc[~runs["shard"].isin(mine["shard"])]
+            elif resume and len(earlier) == 1 and earlier[0] is not None:
+                self.run_id = earlier[0]
+                self._resume_milestones()
+            else:
+                which = (
+                    "several runs"
+                    if len(earlier) > 1
+                    else (
+                        f"run {earlier[0]}"
+                        if earlier[0] is not None
+                        else "a run without a run id (a panel's, or older)"
+                    )
+                )
+                ways = (
+                    "pass overwrite=True to replace them, or another model_id"
+                    if resume
+                    else "pass overwrite=True to replace them, resume=True if this run resumes that one from its "
+                    "checkpoint, or another model_id"
+                )
+                raise HeadtraceError(f"'{self.out}' holds {len(mine)} screens of {self.model_id} from {which}; {ways}")
+        self._runs = [runs]
+        self.started = True
+        self._write_manifest()
+
+    def close(self) -> None:
+        """End this run: the manifest, then the folder's lock goes (a panel can run on the folder
+        now). Again: nothing. The organism trainer and the Trainer callback call it."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.started:
+                self._write_manifest()
+        finally:
+            if self._release is not None:
+                self._release()
+
+    def __enter__(self) -> "Watcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _lock(self) -> None:
+        """The folder's lock, for as long as this run writes. A watcher of the same model that this
+        process left open (a notebook cell run again) is closed first; any other holder refuses."""
+        key = str(self.results.lock.absolute())
+        previous = _HOLDERS.get(key)
+        previous = previous() if previous is not None else None
+        if previous is not None and previous.model_id == self.model_id:
+            previous.close()
+        with writing_results(self.out, "results folder"):
+            self.out.mkdir(parents=True, exist_ok=True)
+        lock = OutputLock(self.results, holder=f"a watcher of {self.model_id}", option="results folder")
+        lock.__enter__()
+        self._release = weakref.finalize(self, lock.release)  # also when the watcher is dropped unclosed
+        _HOLDERS[key] = weakref.ref(self)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise HeadtraceError(f"this watcher of {self.model_id} is closed (its training ended); make a new one")
+
+    def _discard(self, shards: list[str]) -> None:
+        """An earlier run's shards of this model: their run records first (a shard without one is
+        unfinished, and ignored), then their tables in every folder and that run's milestone
+        checkpoints; nothing of this run is written before they are gone, so the folder never holds
+        two runs of one model."""
+        root = self.results.root
+        with writing_results(root, "results folder"):
+            for name in shards:
+                (root / RUNS / name).unlink(missing_ok=True)
+            for folder in (f for f in root.iterdir() if f.is_dir() and not f.name.startswith(".")):
+                for name in shards:
+                    (folder / name).unlink(missing_ok=True)
+            shutil.rmtree(root / CHECKPOINTS / slug(self.model_id), ignore_errors=True)
+
+    def _resume_milestones(self) -> None:
+        """The milestone checkpoints the resumed run saved, so that it saves none twice."""
+        with contextlib.suppress(OSError, ValueError):
+            self.saved = json.loads((self.checkpoint_dir / REVISIONS_FILE).read_text())
+            self.milestones = {m: e["revision"] for e in self.saved for m in e.get("milestones", [])}
+
+    def _write_manifest(self) -> None:
+        config = self._resolved or self.config
+        frames = [f for f in self._runs if len(f)] or self._runs[:1]
+        runs = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        revisions = (
+            self.revisions
+            if self.revisions is None or isinstance(self.revisions, str)
+            else [int(s) for s in self.revisions]
+        )
+        write_manifest(
+            self.results,
+            {
+                "schema": MANIFEST_SCHEMA,
+                "headtrace_version": __version__,
+                "updated_at": utc_now(),
+                "watch": {
+                    "model": self.model_id,
+                    "run_id": self.run_id,
+                    "revisions": revisions,
+                    "total_steps": self.total_steps,
+                },
+                "config_hash": config.config_hash,
+                "config": config.to_dict(),
+                "shards": manifest_shards(runs),
+            },
+        )
+
     def _prepared(self, adapter) -> ScreenConfig:
-        from headtrace.models import check_probe_fits, config_where_model_is
-        from headtrace.probes import build_probe
+        from headtrace.models import check_probe_fits, config_where_model_is  # torch: importing the watcher loads none
 
         config = config_where_model_is(self.config, adapter)
         if config != self._resolved:
-            if config.config_hash != self.config.config_hash:
-                self._check_one_config(config)
+            self._check_one_config(config)
             check_probe_fits(config, adapter.max_positions, adapter.vocab_size)
             bos = getattr(self.tokenizer, "bos_token_id", None) if self.tokenizer is not None else None
             if bos is None:
@@ -290,12 +450,12 @@ class Watcher:
         returns the tables (None on ranks other than 0)."""
         if not self.active:
             return None
-        import torch  # noqa: F401 (the screen's modules)
-
+        self._check_open()
+        # torch and the model code: importing the watcher loads none
         from headtrace.interop import as_adapter, native_model
         from headtrace.screen import ScreenResult, screen
-        from headtrace.stages import run_record
 
+        self.start()
         started = time.perf_counter()
         model = unwrapped(native_model(model))
         tokens = None if tokens_seen is None else float(tokens_seen)
@@ -304,8 +464,10 @@ class Watcher:
             adapter = as_adapter(model)
             config = self._prepared(adapter)
             result = screen(adapter, self._probe, config, model_name=self.model_id, revision=name, tokens=tokens)
-        run = run_record(result.run, "watch", step=int(step))
+        run = run_record(result.run, "watch", step=int(step), run_id=self.run_id)
         self.results.write_shard(result.heads, run)
+        self._runs.append(run.assign(shard=shard_name(self.model_id, name)))
+        self._write_manifest()
         self.screened.append({"revision": name, "step": int(step), "tokens": tokens})
         if self.save_at_milestones:
             reached = self._new_milestones(result.heads, run)
@@ -314,12 +476,23 @@ class Watcher:
         self.screen_s += time.perf_counter() - started
         return ScreenResult(heads=result.heads, run=run)
 
-    def has_screened(self, revisions: Iterable[str]) -> bool:
-        """Whether the results folder holds each of these revisions of this model, with this config."""
-        return all(self.results.stored_screen_hash(self.model_id, r) == self.config.config_hash for r in revisions)
+    def has_screened(self, revisions: Iterable[str], run_id: str | None = None) -> bool:
+        """Whether the results folder holds each of these revisions of this model, with this config,
+        from the run `run_id` (None: one written before runs had ids)."""
+        runs = self.results.existing_runs()
+        if "model" not in runs:
+            return not list(revisions)
+        mine = runs.loc[runs["model"] == self.model_id].set_index("revision")
+        return all(
+            r in mine.index
+            and mine.at[r, "config_hash"] == self.config.config_hash
+            and _run_id(mine.at[r, "run_id"] if "run_id" in mine else None) == run_id
+            for r in revisions
+        )
 
     def _check_one_config(self, config: ScreenConfig) -> None:
-        """Refuse, before training, a folder that holds this model screened with another config."""
+        """Refuse, before training, a folder that holds this model screened with another config (a
+        resumed run screens as it did)."""
         runs = self.results.existing_runs()
         hashes = set(runs.loc[runs.model == self.model_id, "config_hash"]) if "model" in runs else set()
         others = sorted(str(h) for h in hashes - {config.config_hash} if isinstance(h, str))
@@ -331,8 +504,6 @@ class Watcher:
 
     def _new_milestones(self, heads: pd.DataFrame, run: pd.DataFrame) -> list[str]:
         """The milestones of trajectory.py reached at this revision and at none before it."""
-        from headtrace.trajectory import TrajectoryConfig, milestones, revision_table
-
         trajectory = TrajectoryConfig(thresholds=(self._resolved or self.config).thresholds)
         table = milestones(revision_table(heads, run, trajectory), trajectory)
         reached = [
@@ -358,11 +529,16 @@ class Watcher:
         write_json_atomic(self.saved, folder / REVISIONS_FILE)
 
 
+def _run_id(value) -> str | None:
+    """A run record's run id; None for one written without (a panel's, or an older watcher's)."""
+    return None if value is None or (isinstance(value, float) and value != value) or value is pd.NA else str(value)
+
+
 def _rank() -> int:
     """This process's rank under torch.distributed (0 when it is not initialised)."""
     if "torch" not in sys.modules:
         return int(os.environ.get("RANK", "0"))
-    import torch.distributed
+    import torch.distributed  # torch is loaded already (checked above)
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank()
@@ -385,7 +561,7 @@ def _metrics(result: "ScreenResult") -> dict[str, float]:
 
 def _calling_trainer():
     """The Trainer whose loop called this callback (callbacks are not handed it), or None."""
-    from transformers import Trainer
+    from transformers import Trainer  # importing the watcher loads no transformers
 
     frame = sys._getframe(2)
     while frame is not None:
@@ -403,14 +579,14 @@ def _sharding(trainer) -> str | None:
     if getattr(trainer, "is_fsdp_enabled", False):
         return "FSDP"
     if getattr(trainer, "is_deepspeed_enabled", False):
-        from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+        from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled  # as above
 
         return "DeepSpeed ZeRO-3" if is_deepspeed_zero3_enabled() else None
     return None
 
 
 def _build_callback():
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # importing the watcher loads no transformers
 
     class HeadtraceCallback(TrainerCallback):
         """Screens the model a `Trainer` trains, at chosen steps, into a results folder.
@@ -421,10 +597,12 @@ def _build_callback():
         training), or several joined by commas. model_id: the model's name in the tables
         (default: the name of the Trainer's output_dir). tokens_per_step: tokens per optimiser
         step, where the Trainer does not count them (`include_num_input_tokens_seen`); else
-        tokens are unknown. save_at_milestones, checkpoint_dir: as `Watcher`'s (the tokenizer is
-        the Trainer's processing_class). log_metrics: log the sink fraction, the best induction
+        tokens are unknown. save_at_milestones, checkpoint_dir, overwrite, resume: as `Watcher`'s
+        (the tokenizer is the Trainer's processing_class; resume=True with the Trainer's
+        `resume_from_checkpoint`). log_metrics: log the sink fraction, the best induction
         selectivity and top-1 through the Trainer's `log`. A screen that fails (disk full, a
-        diverged model) warns and training goes on.
+        diverged model) warns and training goes on. The results folder is locked from the start
+        of training to its end.
         """
 
         def __init__(
@@ -437,15 +615,22 @@ def _build_callback():
             checkpoint_dir: str | Path | None = None,
             tokens_per_step: float | None = None,
             log_metrics: bool = True,
+            overwrite: bool = False,
+            resume: bool = False,
         ):
             config.validate()
-            schedule(revisions, 10**9)  # the syntax, before training (max_steps comes with it)
+            schedule(revisions, 1)  # the syntax, before training (max_steps comes with it); O(1) for "every:K"
             if tokens_per_step is not None and tokens_per_step <= 0:
                 raise HeadtraceError(f"tokens_per_step must be positive (got {tokens_per_step})")
-            check_writable(out)
+            if overwrite and resume:
+                raise HeadtraceError(
+                    "overwrite=True replaces an earlier run's screens, resume=True keeps them: pass one"
+                )
+            check_writable(out, "results folder")
             self.out, self.revisions, self.config = Path(out), revisions, config
             self.model_id, self.save_at_milestones, self.checkpoint_dir = model_id, save_at_milestones, checkpoint_dir
             self.tokens_per_step, self.log_metrics = tokens_per_step, log_metrics
+            self.overwrite, self.resume = overwrite, resume
             self.watcher: Watcher | None = None
             self._trainer = None
 
@@ -456,6 +641,8 @@ def _build_callback():
             if sharded:
                 raise _sharded_error(sharded)
             tokenizer = processing_class if hasattr(processing_class, "bos_token_id") else None
+            if self.watcher is not None:
+                self.watcher.close()  # a run before this one that did not end
             self.watcher = Watcher(
                 self.out,
                 self.model_id or Path(args.output_dir or "model").name,
@@ -466,10 +653,20 @@ def _build_callback():
                 checkpoint_dir=self.checkpoint_dir,
                 tokenizer=tokenizer,
                 rank=0 if state.is_world_process_zero else 1,
+                overwrite=self.overwrite,
+                resume=self.resume,
             )
-            self.watcher.prepare(model)
+            try:
+                self.watcher.prepare(model)
+            except BaseException:
+                self.watcher.close()  # training does not start: the folder is free again
+                raise
             if self.watcher.due(state.global_step) and state.global_step == 0:
                 self._screen(args, state, model)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.watcher is not None:
+                self.watcher.close()
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             if self.watcher is not None and self.watcher.active and self.watcher.due(state.global_step):

@@ -54,7 +54,7 @@ class CorpusConfig:
 def token_probabilities(config: CorpusConfig) -> np.ndarray:
     """P(id) over the vocabulary: 0 for special tokens, Zipf over the rest by id order."""
     ranks = np.arange(1, config.vocab_size - config.n_specials + 1, dtype=np.float64)
-    weights = ranks ** -config.zipf_exponent
+    weights = ranks**-config.zipf_exponent
     probs = np.zeros(config.vocab_size)
     probs[config.n_specials :] = weights / weights.sum()
     return probs

@@ -1,6 +1,7 @@
-"""`headtrace demo`: train the default organism, screen every checkpoint as a panel, compute the
-findings and write the report. Everything is local and offline; a second run reuses what is done
-(the organism when its settings match, shards when the screen config matches).
+"""`headtrace demo`: train the default organism, screening it as it trains; ablate the final
+checkpoint as a panel, compute the findings and write the report (`run_demo`). Everything is local
+and offline; a second run reuses what is done (the organism when its settings match, shards when
+the screen config matches).
 
     OUT/organisms/dense/     the trained organism (checkpoints, revisions.json, organism.json)
     OUT/demo.toml            the panel: re-run it with `headtrace run OUT/demo.toml --out OUT/results`
@@ -11,13 +12,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
+from headtrace.errors import HeadtraceError
+from headtrace.findings import write_findings
+from headtrace.organism.config import Organism, TrainConfig
 from headtrace.organism.corpus import CorpusConfig
 from headtrace.organism.recipes import recipe
-from headtrace.organism.train import Organism, TrainConfig
-from headtrace.screen import ScreenConfig
+from headtrace.panel import load_panel, run_panel
+from headtrace.report import build_report
+from headtrace.schema import ScreenConfig
+from headtrace.store import ResultsDir, check_writable
+from headtrace.watch import Watcher
 
 ORGANISMS = "organisms"
 PANEL_FILE = "demo.toml"
@@ -28,8 +36,9 @@ def demo_organisms(compare: bool = False, steps: int | None = None, seed: int = 
     """The demo's organisms by model name: the default dense one, plus an MoE on the same data."""
     train = TrainConfig(seed=seed) if steps is None else TrainConfig(seed=seed, steps=steps)
     archs = ("dense", "moe") if compare else ("dense",)
-    return {f"organism-{arch}": Organism(recipe=recipe(arch), corpus=CorpusConfig(seed=seed), train=train)
-            for arch in archs}
+    return {
+        f"organism-{arch}": Organism(recipe=recipe(arch), corpus=CorpusConfig(seed=seed), train=train) for arch in archs
+    }
 
 
 def demo_screen(corpus: CorpusConfig, n_examples: int = 256) -> ScreenConfig:
@@ -37,8 +46,15 @@ def demo_screen(corpus: CorpusConfig, n_examples: int = 256) -> ScreenConfig:
     the special tokens), BOS prepended so position 0 is BOS and the length is the training length.
     The baseline is clean: at this length the reference baseline's induction ceiling (62.7x) sits
     just above the 50x threshold (docs/definitions.md, "The baseline and its ceiling")."""
-    return ScreenConfig.of(n_examples=n_examples, seq_len=corpus.seq_len - 1, id_low=corpus.n_specials,
-                           id_high=corpus.vocab_size, prepend_bos=True, batch_size=64, baseline="clean")
+    return ScreenConfig.of(
+        n_examples=n_examples,
+        seq_len=corpus.seq_len - 1,
+        id_low=corpus.n_specials,
+        id_high=corpus.vocab_size,
+        prepend_bos=True,
+        batch_size=64,
+        baseline="clean",
+    )
 
 
 def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str], ablation_draws: int = 0) -> str:
@@ -51,8 +67,7 @@ def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str], ablation
         if value != defaults[key]:
             lines.append(f"{key} = {str(value).lower() if isinstance(value, bool) else repr(value)}")
     for model, path in models.items():
-        lines += ["", "[[models]]", f'id = "{model}"', 'source = "organism"', f'path = "{path}"',
-                  'revisions = "all"']
+        lines += ["", "[[models]]", f'id = "{model}"', 'source = "organism"', f'path = "{path}"', 'revisions = "all"']
     if ablation_draws:
         lines += ["", "[ablation]", 'circuit = "induction"', f"draws = {ablation_draws}", 'revisions = "final"']
     return "\n".join(lines) + "\n"
@@ -61,12 +76,22 @@ def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str], ablation
 FAMILY = "organism-dense"  # `headtrace demo --seeds N`: the family's name; members organism-dense-s{seed}
 
 
-def family_panel_toml(name: str, screen: ScreenConfig, seeds: list[int], steps: int | None = None,
-                      ablation_draws: int = 0) -> str:
+def family_panel_toml(
+    name: str, screen: ScreenConfig, seeds: list[int], steps: int | None = None, ablation_draws: int = 0
+) -> str:
     """A panel over a seed family of the demo's organism (organisms/dense-s{seed}), which `headtrace
     run` trains where missing (`train = true`), so the file alone reproduces the demo."""
-    lines = ["", "[[models]]", f'id = "{FAMILY}-s{{seed}}"', f'family = "{FAMILY}"', 'source = "organism"',
-             f'path = "{ORGANISMS}/dense-s{{seed}}"', f"seeds = {list(seeds)}", "train = true", 'revisions = "all"']
+    lines = [
+        "",
+        "[[models]]",
+        f'id = "{FAMILY}-s{{seed}}"',
+        f'family = "{FAMILY}"',
+        'source = "organism"',
+        f'path = "{ORGANISMS}/dense-s{{seed}}"',
+        f"seeds = {list(seeds)}",
+        "train = true",
+        'revisions = "all"',
+    ]
     if steps is not None:
         lines.append(f"organism = {{ steps = {steps} }}")
     return panel_toml(name, screen, {}, ablation_draws) + "\n".join(lines) + "\n"
@@ -119,10 +144,11 @@ class DemoCheck:
         """The properties that do not hold (empty: the run shows everything the demo promises)."""
         checks = {
             f"{self.induction_heads} induction heads >= 50x at the end (need 2)": self.induction_heads >= 2,
-            f"top-1 rose by {self.top1_final - self.top1_first:.2f} (need 0.5)": self.top1_final - self.top1_first >= 0.5,
+            f"top-1 rose by {self.top1_final - self.top1_first:.2f} (need 0.5)": self.top1_final - self.top1_first
+            >= 0.5,
             f"ablation verdict {self.verdict}": self.verdict == "necessary",
-            f"circuit top-1 {self.circuit_top1:.2f} vs random {self.random_top1:.2f} (need <= half)":
-                self.circuit_top1 <= self.random_top1 / 2,
+            f"circuit top-1 {self.circuit_top1:.2f} vs random {self.random_top1:.2f} (need <= half)": self.circuit_top1
+            <= self.random_top1 / 2,
             f"{self.sinks_first} sinks at the first checkpoint (need 0)": self.sinks_first == 0,
             f"{self.sinks_final} sinks at the last (need > 0)": self.sinks_final > 0,
             f"{self.during_transition} checkpoints during the transition (need 4)": self.during_transition >= 4,
@@ -133,8 +159,6 @@ class DemoCheck:
 
 def check_demo(results: Path, model: str = "organism-dense", onset_selectivity: float = 2.0) -> DemoCheck:
     """Measure a demo run's `DemoCheck` from its stored screens and ablation."""
-    from headtrace.store import ResultsDir
-
     heads, runs = ResultsDir(results).read()
     heads, runs = heads[heads.model == model], runs[runs.model == model].reset_index(drop=True)
     order = list(runs.revision)  # training order
@@ -153,10 +177,84 @@ def check_demo(results: Path, model: str = "organism-dense", onset_selectivity: 
     ablation = ablations[(ablations.model == model) & (ablations.revision == order[-1])]
     random = ablation[ablation.condition == "random"]
     return DemoCheck(
-        revisions=len(order), induction_heads=len(final_circuit),
-        top1_first=float(runs.top1.iloc[0]), top1_final=float(runs.top1.iloc[-1]),
+        revisions=len(order),
+        induction_heads=len(final_circuit),
+        top1_first=float(runs.top1.iloc[0]),
+        top1_final=float(runs.top1.iloc[-1]),
         verdict=str(ablation.verdict.iloc[0]),
         circuit_top1=float(ablation.loc[ablation.condition == "circuit", "top1"].iloc[0]),
-        random_top1=float(random.top1.mean()), shortfall=int(random.shortfall.max()),
-        sinks_first=int(sinks.iloc[0]), sinks_final=int(sinks.iloc[-1]), onset=onset, complete=complete)
+        random_top1=float(random.top1.mean()),
+        shortfall=int(random.shortfall.max()),
+        sinks_first=int(sinks.iloc[0]),
+        sinks_final=int(sinks.iloc[-1]),
+        onset=onset,
+        complete=complete,
+    )
 
+
+# --------------------------------------------------------------------------------------------
+# The pipeline.
+
+# (organism, folder, model id, watcher or None): train it there, screening it into the watcher's folder
+Train = Callable[[Organism, Path, str, Watcher | None], object]
+RunPanel = Callable[[Path, Path], object]  # (panel file, results folder): run it, training `train = true` entries
+
+
+def train_quietly(organism: Organism, folder: Path, model: str, watch: Watcher | None = None):
+    """`organism.train` without a display (the command line draws its progress bars instead)."""
+    from headtrace.organism.trainer import train  # torch, when the demo trains
+
+    return train(folder, organism, watch=watch)
+
+
+@dataclass
+class DemoOutcome:
+    paths: DemoPaths
+    findings: pd.DataFrame  # findings.parquet
+    report: Path  # the report's page
+
+
+def run_demo(
+    out: str | Path,
+    train: Train = train_quietly,
+    run: RunPanel | None = None,
+    *,
+    compare: bool = False,
+    steps: int | None = None,
+    n_examples: int = 256,
+    seed: int = 0,
+    seeds: int | None = None,
+) -> DemoOutcome:
+    """The demo, end to end, into OUT (module docstring): each organism trained with a watcher that
+    screens it at its checkpoint steps (only the final checkpoint is saved), then the panel of its
+    saved checkpoint (the ablation), the findings and the report. `seeds`: N organisms (seeds SEED ..
+    SEED+N-1) as one seed family, which the panel trains (`train = true`) and screens. `run` runs a
+    panel file (default: `run_panel`, training with `train`)."""
+    if seeds is not None and compare:
+        raise HeadtraceError("--seeds and --compare do not combine; run them one at a time")
+    paths = DemoPaths(Path(out))
+    organisms = demo_organisms(compare=compare, steps=steps, seed=seed)
+    screen = demo_screen(next(iter(organisms.values())).corpus, n_examples)
+    screen.validate()  # before training: a bad setting must not cost the minutes of training
+    for organism in organisms.values():
+        organism.validate()
+    check_writable(paths.out)
+    if run is None:
+
+        def run(panel: Path, results: Path):
+            return run_panel(
+                load_panel(panel), results, train_one=lambda o, folder, model: train(o, folder, model, None)
+            )
+
+    if seeds is None:
+        for model, organism in organisms.items():  # screened at its checkpoint steps; only the final one is saved
+            train(organism, paths.organism(model), model, Watcher(paths.results, model, screen, revisions=None))
+        models = {m: str(paths.organism(m).relative_to(paths.out)) for m in organisms}
+        paths.panel.write_text(panel_toml("demo", screen, models, ablation_draws=10))
+    else:
+        paths.out.mkdir(parents=True, exist_ok=True)
+        paths.panel.write_text(
+            family_panel_toml("demo", screen, list(range(seed, seed + seeds)), steps, ablation_draws=10)
+        )
+    run(paths.panel, paths.results)
+    return DemoOutcome(paths, write_findings(paths.results), build_report(paths.results))

@@ -55,24 +55,39 @@ def recipe(arch: str = "dense", **overrides) -> Recipe:
 
 def hf_config(r: Recipe, vocab_size: int, context: int):
     """The transformers config of a recipe."""
-    from transformers import GPTNeoXConfig, LlamaConfig, OlmoeConfig
+    from transformers import GPTNeoXConfig, LlamaConfig, OlmoeConfig  # a recipe's settings stay torch-free
 
-    common = dict(vocab_size=vocab_size, hidden_size=r.d_model, num_hidden_layers=r.n_layers,
-                  num_attention_heads=r.n_heads, intermediate_size=r.d_mlp, max_position_embeddings=context,
-                  bos_token_id=BOS_ID, eos_token_id=1, pad_token_id=None, tie_word_embeddings=False,
-                  initializer_range=r.init_std or r.d_model ** -0.5)
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=r.d_model,
+        num_hidden_layers=r.n_layers,
+        num_attention_heads=r.n_heads,
+        intermediate_size=r.d_mlp,
+        max_position_embeddings=context,
+        bos_token_id=BOS_ID,
+        eos_token_id=1,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+        initializer_range=r.init_std or r.d_model**-0.5,
+    )
     if r.arch == "dense":
-        return GPTNeoXConfig(**common, rotary_pct=r.rotary_pct, use_parallel_residual=True,
-                             hidden_dropout=0.0, attention_dropout=0.0)
+        return GPTNeoXConfig(
+            **common, rotary_pct=r.rotary_pct, use_parallel_residual=True, hidden_dropout=0.0, attention_dropout=0.0
+        )
     if r.arch == "llama":
         return LlamaConfig(**common, num_key_value_heads=r.n_kv_heads or r.n_heads)
-    return OlmoeConfig(**common, num_experts=r.n_experts, num_experts_per_tok=r.experts_per_token,
-                       output_router_logits=True, router_aux_loss_coef=r.router_aux_loss)
+    return OlmoeConfig(
+        **common,
+        num_experts=r.n_experts,
+        num_experts_per_tok=r.experts_per_token,
+        output_router_logits=True,
+        router_aux_loss_coef=r.router_aux_loss,
+    )
 
 
 def build_model(r: Recipe, vocab_size: int, context: int):
     """A freshly initialised causal LM (seed torch before calling for a reproducible init)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # a recipe's settings stay torch-free
 
     r.validate()
     config = hf_config(r, vocab_size, context)

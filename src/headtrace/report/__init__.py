@@ -27,8 +27,9 @@ FIGURES = "figures"
 INDEX = "index.html"
 
 
-def build_report(results_dir: str | Path, out: str | Path | None = None,
-                 config: TrajectoryConfig = TrajectoryConfig()) -> Path:
+def build_report(
+    results_dir: str | Path, out: str | Path | None = None, config: TrajectoryConfig = TrajectoryConfig()
+) -> Path:
     """Write the report of `results_dir` into `out` (default DIR/report); returns the page's path."""
     data = load(results_dir, config)
     folder = Path(out) if out is not None else Path(results_dir) / REPORT
@@ -36,8 +37,9 @@ def build_report(results_dir: str | Path, out: str | Path | None = None,
     try:
         figures.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise HeadtraceError(f"cannot write the report to '{folder}': {exc.strerror or exc}; "
-                             "pick another --out") from None
+        raise HeadtraceError(
+            f"cannot write the report to '{folder}': {exc.strerror or exc}; pick another --out"
+        ) from None
     with matplotlib.rc_context(STYLE):
         overview = panel_plots(data)
         per_model = {panel.name: model_plots(data, panel) for panel in data.panels}

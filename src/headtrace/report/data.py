@@ -13,12 +13,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headtrace.families import Gap, across_seeds, members, read_gaps, summary_numbers, with_family_rows
+from headtrace.families import Gap, read_gaps
+from headtrace.family_findings import across_seeds, members, summary_numbers
+from headtrace.findings import findings_table
 from headtrace.probes import CLASSES
 from headtrace.schema import random_draws_summary
 from headtrace.store import ABLATIONS, ResultsDir
-from headtrace.trajectory import (ModelTrajectory, TrajectoryConfig, final_circuit, findings, milestones, model_trajectories,
-                                  read_expectations, tokens_label)
+from headtrace.trajectory import (
+    ModelTrajectory,
+    TrajectoryConfig,
+    final_circuit,
+    milestones,
+    model_trajectories,
+    tokens_label,
+)
 
 LABEL_ORDER: tuple[str, ...] = CLASSES + ("unclassified",)
 SINK_MILESTONE, INDUCTION_MILESTONE = "sink fraction", "induction"  # prefixes of trajectory's milestone names
@@ -72,11 +80,20 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
     panels = model_trajectories(heads, runs, config)
     revisions = pd.concat([p.revisions for p in panels], ignore_index=True)
     gaps = read_gaps(out)
-    table = with_family_rows(findings(heads, runs, config, read_expectations(out)), heads, runs, config, gaps)
-    return ReportData(results_dir=out, runs=runs, config=config, panels=panels, revisions=revisions,
-                      milestones=milestones(revisions, config), findings=table,
-                      ablations=results.read_ablations(), unfinished=results.unfinished_shards(),
-                      families=members(runs), gaps=gaps)
+    table = findings_table(out, heads, runs, config, gaps)
+    return ReportData(
+        results_dir=out,
+        runs=runs,
+        config=config,
+        panels=panels,
+        revisions=revisions,
+        milestones=milestones(revisions, config),
+        findings=table,
+        ablations=results.read_ablations(),
+        unfinished=results.unfinished_shards(),
+        families=members(runs),
+        gaps=gaps,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,7 +178,7 @@ def finding(data: ReportData, model: str, code: str) -> tuple[pd.Series, dict]:
 
 
 def family_finding(data: ReportData, family: str, code: str) -> tuple[pd.Series, dict]:
-    """One family row (a finding across seeds, families.with_family_rows) and its numbers."""
+    """One family row (a finding across seeds, family_findings.with_family_rows) and its numbers."""
     table = data.findings
     row = table.loc[table.model.isna() & (table.family == family) & (table.finding == code)].iloc[0]
     return row, summary_numbers(table, family, code)
@@ -175,8 +192,11 @@ def family_sink_curve(panels: list[ModelTrajectory]) -> pd.DataFrame:
 def timeline(data: ReportData) -> pd.DataFrame:
     """Induction and sink milestones per model, with the grid bracket each lies in."""
     stones = data.milestones
-    lane = np.select([stones.milestone.str.startswith(INDUCTION_MILESTONE),
-                      stones.milestone.str.startswith(SINK_MILESTONE)], ["induction", "sink"], "")
+    lane = np.select(
+        [stones.milestone.str.startswith(INDUCTION_MILESTONE), stones.milestone.str.startswith(SINK_MILESTONE)],
+        ["induction", "sink"],
+        "",
+    )
     return stones.assign(lane=lane).loc[lambda f: f.lane != ""].reset_index(drop=True)
 
 
@@ -190,18 +210,32 @@ def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
     for key, group in ablations.groupby(keys, sort=False):
         first = group.iloc[0]
         metric = first["decided_by"]
-        values = {kind: group.loc[group.condition == kind, metric].to_numpy(dtype=float)
-                  for kind in ("clean", "circuit", "random", "layers", "single")}
+        values = {
+            kind: group.loc[group.condition == kind, metric].to_numpy(dtype=float)
+            for kind in ("clean", "circuit", "random", "layers", "single")
+        }
         seeds = values["random"]
         mean, low, high = random_draws_summary(seeds)
         once = {kind: values[kind][0] if len(values[kind]) else np.nan for kind in ("clean", "circuit", "layers")}
-        rows.append({**dict(zip(keys, key)), "tokens": first["tokens"], "metric": metric,
-                     "circuit_heads": first["circuit_heads"], **once,
-                     "random_mean": mean, "random_low": low, "random_high": high,
-                     "random_seeds": seeds, "singles": values["single"],
-                     "single_heads": list(group.loc[group.condition == "single", "heads"]),
-                     "differential": first["differential"], "differential_low": first["differential_low"],
-                     "differential_high": first["differential_high"], "verdict": first["verdict"]})
+        rows.append(
+            {
+                **dict(zip(keys, key)),
+                "tokens": first["tokens"],
+                "metric": metric,
+                "circuit_heads": first["circuit_heads"],
+                **once,
+                "random_mean": mean,
+                "random_low": low,
+                "random_high": high,
+                "random_seeds": seeds,
+                "singles": values["single"],
+                "single_heads": list(group.loc[group.condition == "single", "heads"]),
+                "differential": first["differential"],
+                "differential_low": first["differential_low"],
+                "differential_high": first["differential_high"],
+                "verdict": first["verdict"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -213,8 +247,10 @@ def panel_gaps(data: ReportData) -> list[str]:
     """What the whole panel lacks, one sentence each."""
     gaps = []
     if data.unfinished:
-        gaps.append(f"{len(data.unfinished)} shard(s) have head tables but no run record yet (still being written, "
-                    f"or interrupted), and are not in this report: {', '.join(data.unfinished)}")
+        gaps.append(
+            f"{len(data.unfinished)} shard(s) have head tables but no run record yet (still being written, "
+            f"or interrupted), and are not in this report: {', '.join(data.unfinished)}"
+        )
     counts = {p.name: len(p.names) for p in data.panels}
     most = max(counts.values())
     fewer = [f"{model} ({n})" for model, n in counts.items() if n < most]
@@ -223,8 +259,10 @@ def panel_gaps(data: ReportData) -> list[str]:
     for gap in data.gaps:
         gaps.append(gap.text())
     if data.ablations is None:
-        gaps.append(f"no ablations in {data.results_dir / ABLATIONS}/ (run `headtrace ablate MODEL --circuit "
-                    f"induction --out {data.results_dir}`)")
+        gaps.append(
+            f"no ablations in {data.results_dir / ABLATIONS}/ (run `headtrace ablate MODEL --circuit "
+            f"induction --out {data.results_dir}`)"
+        )
     return gaps
 
 
@@ -236,8 +274,10 @@ def model_gaps(panel: ModelTrajectory, config: TrajectoryConfig) -> list[str]:
         gaps.append(f"one revision ({panel.names[0]}): trajectories, recall and milestones need at least two")
     unknown = revisions.loc[revisions.tokens.isna(), "revision"].tolist()
     if unknown:
-        gaps.append(f"tokens unknown for {', '.join(unknown)}: time axes use the training order and the panel-wide "
-                    "token axes leave this model out")
+        gaps.append(
+            f"tokens unknown for {', '.join(unknown)}: time axes use the training order and the panel-wide "
+            "token axes leave this model out"
+        )
     at_zero = revisions.loc[revisions.tokens <= 0, "revision"].tolist()
     if at_zero:
         gaps.append(f"{', '.join(at_zero)} at 0 tokens: no place on a log token axis (shown in the grids only)")
@@ -248,6 +288,9 @@ def model_gaps(panel: ModelTrajectory, config: TrajectoryConfig) -> list[str]:
     if panel.heads["sel_null"].isna().all():
         gaps.append("no null selectivity (sel_null): the noise floor (F6) is not measurable")
     if not final_circuit(panel, config):
-        gaps.append(f"no head at {config.thresholds.induction_threshold:g}x induction selectivity at the last revision: no final "
-                    "circuit, so recall (F4) is not drawn and the trajectory figure shows the strongest heads")
+        gaps.append(
+            f"no head at {config.thresholds.induction_threshold:g}x induction selectivity at the last "
+            "revision: no final circuit, so recall (F4) is not drawn and the trajectory figure shows the "
+            "strongest heads"
+        )
     return gaps

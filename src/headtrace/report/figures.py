@@ -20,18 +20,49 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
-from headtrace.report.data import (INDUCTION_MILESTONE, LABEL_ORDER, SINK_MILESTONE, ReportData, TimeAxis,
-                                  ablation_summary, family_finding, family_sink_curve, finding, grid_revisions,
-                                  label_grid, model_milestones, revision_label, sink_curve, sink_layer_matrix,
-                                  time_axis, timeline, trajectory_heads)
+from headtrace.report.data import (
+    INDUCTION_MILESTONE,
+    LABEL_ORDER,
+    SINK_MILESTONE,
+    ReportData,
+    TimeAxis,
+    ablation_summary,
+    family_finding,
+    family_sink_curve,
+    finding,
+    grid_revisions,
+    label_grid,
+    model_milestones,
+    revision_label,
+    sink_curve,
+    sink_layer_matrix,
+    time_axis,
+    timeline,
+    trajectory_heads,
+)
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.store import slug
 from headtrace.trajectory import ModelTrajectory, recall, tokens_label
 
-STYLE = {"svg.fonttype": "none", "svg.hashsalt": "headtrace", "font.size": 8.5, "axes.titlesize": 9,
-         "legend.fontsize": 7.5, "xtick.labelsize": 7.5, "ytick.labelsize": 7.5, "figure.dpi": 100}
-LABEL_COLORS = {"induction": "#d62728", "duplicate-token": "#ff9896", "previous-token": "#1f77b4",
-                "first-token": "#6a3d9a", "self": "#2ca02c", "local": "#bcbd22", "unclassified": "#eeeeee"}
+STYLE = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "headtrace",
+    "font.size": 8.5,
+    "axes.titlesize": 9,
+    "legend.fontsize": 7.5,
+    "xtick.labelsize": 7.5,
+    "ytick.labelsize": 7.5,
+    "figure.dpi": 100,
+}
+LABEL_COLORS = {
+    "induction": "#d62728",
+    "duplicate-token": "#ff9896",
+    "previous-token": "#1f77b4",
+    "first-token": "#6a3d9a",
+    "self": "#2ca02c",
+    "local": "#bcbd22",
+    "unclassified": "#eeeeee",
+}
 MAX_SPECTRAL_HEADS = 8
 MAX_ANNOTATED_CELLS = 600
 
@@ -81,19 +112,27 @@ def _at(axis: TimeAxis, revision: str) -> float:
 
 def _threshold_line(ax: Axes, value: float, text: str, color: str = "k") -> None:
     ax.axhline(value, color=color, ls="--", lw=0.9)
-    ax.annotate(text, (0, value), xycoords=("axes fraction", "data"), xytext=(3, 2), textcoords="offset points",
-                fontsize=7, color=color)
+    ax.annotate(
+        text,
+        (0, value),
+        xycoords=("axes fraction", "data"),
+        xytext=(3, 2),
+        textcoords="offset points",
+        fontsize=7,
+        color=color,
+    )
 
 
 def _ceiling_line(ax: Axes, x: np.ndarray, ceiling: np.ndarray) -> str:
     """The probe's induction ceiling, where it binds (docs/definitions.md); returns a caption sentence."""
     bound = np.isfinite(ceiling) & (ceiling < 1e6)
     if not bound.any():
-        return (" The probe's induction ceiling is unbounded (clean baseline)." if np.isfinite(ceiling).any()
-                else "")
+        return " The probe's induction ceiling is unbounded (clean baseline)." if np.isfinite(ceiling).any() else ""
     ax.plot(x[bound], ceiling[bound], color="C3", ls=":", lw=1.2, label="ceiling")
-    return (f" Dotted red: the probe's ceiling ({np.nanmax(ceiling[bound]):.0f}x), the selectivity of a head with all "
-            "its attention on the target; heads near it are compressed.")
+    return (
+        f" Dotted red: the probe's ceiling ({np.nanmax(ceiling[bound]):.0f}x), the selectivity of a head with all "
+        "its attention on the target; heads near it are compressed."
+    )
 
 
 def _selectivities(row) -> str:
@@ -104,10 +143,12 @@ def _selectivities(row) -> str:
 def _head_tip(row, tokens: float) -> str:
     """A head's numbers at one revision: label, the six selectivities, sink score and PR when known."""
     label = row.label if row.label == "unclassified" else f"{row.label} ({row.best_selectivity:.1f}x)"
-    extra = [f"{name} {value:.3g}" for name, value in (("sink score", row.sink_score), ("PR", row.pr))
-             if np.isfinite(value)]
-    return (f"{row.head_id} · {revision_label(row.revision, tokens)}\nlabel: {label}\n{_selectivities(row)}"
-            + (f"\n{', '.join(extra)}" if extra else ""))
+    extra = [
+        f"{name} {value:.3g}" for name, value in (("sink score", row.sink_score), ("PR", row.pr)) if np.isfinite(value)
+    ]
+    return f"{row.head_id} · {revision_label(row.revision, tokens)}\nlabel: {label}\n{_selectivities(row)}" + (
+        f"\n{', '.join(extra)}" if extra else ""
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,19 +160,26 @@ def sink_fraction_plot(data: ReportData) -> Plot:
     c = data.config
     levels = ", ".join(f"{f:.0%}" for f in c.sink_fractions)
     counts = ", ".join(str(n) for n in c.induction_counts)
-    plot = Plot("sink-fraction", "Sink (BOS-attractor) heads over training", (
-        f"Share of all heads that are sink heads (first-token selectivity >= {c.thresholds.sink_threshold:g}x: mean attention "
-        "from the query to position 0 over its mean attention to 50 fixed baseline positions) against training "
-        f"tokens (log axis), one line per model. Stars: the first revision where the fraction reaches {levels} "
-        f"(dotted levels); dashed verticals: the first revision with >= {counts} induction heads (induction "
-        f"selectivity >= {c.thresholds.induction_threshold:g}x). A milestone happened after the revision before it and no later "
-        "than the one marked."))
+    plot = Plot(
+        "sink-fraction",
+        "Sink (BOS-attractor) heads over training",
+        (
+            f"Share of all heads that are sink heads (first-token selectivity >= {c.thresholds.sink_threshold:g}x: "
+            "mean attention from the query to position 0 over its mean attention to 50 fixed baseline positions) "
+            "against training tokens (log axis), one line per model. Stars: the first revision where the fraction "
+            f"reaches {levels} (dotted levels); dashed verticals: the first revision with >= {counts} induction "
+            f"heads (induction selectivity >= {c.thresholds.induction_threshold:g}x). A milestone happened after "
+            "the revision before it and no later than the one marked."
+        ),
+    )
     if data.families:
-        plot.caption += (" A seed family is drawn as its median over seeds (thick) and the range over seeds (band) at "
-                         "each revision that more than half of its seeds have (a seed without that revision is left "
-                         "out of it, never filled), and each seed alone (faint); "
-                         "its stars and dashed lines sit at the median milestone over the seeds that reach it, with "
-                         "the range over seeds as a bar or a shaded span.")
+        plot.caption += (
+            " A seed family is drawn as its median over seeds (thick) and the range over seeds (band) at "
+            "each revision that more than half of its seeds have (a seed without that revision is left "
+            "out of it, never filled), and each seed alone (faint); "
+            "its stars and dashed lines sit at the median milestone over the seeds that reach it, with "
+            "the range over seeds as a bar or a shaded span."
+        )
     left_out = [p.name for p in data.panels if not time_axis(p).log]
     if len(left_out) == len(data.panels):
         plot.note = "no model has known training tokens at every revision"
@@ -150,21 +198,40 @@ def sink_fraction_plot(data: ReportData) -> Plot:
         color = _color(i)
         ax.plot(curve.tokens, curve.screen_sink_fraction, color=color, lw=1.6, label=panel.name)
         points = ax.scatter(curve.tokens, curve.screen_sink_fraction, color=color, s=16, zorder=3)
-        plot.tip(points, [f"{panel.name} · {revision_label(r.revision, r.tokens)}\n{r.screen_sink:.0f} of "
-                          f"{r.n_heads} heads are sink heads ({r.screen_sink_fraction:.1%})"
-                          for r in curve.itertuples()])
+        plot.tip(
+            points,
+            [
+                f"{panel.name} · {revision_label(r.revision, r.tokens)}\n{r.screen_sink:.0f} of "
+                f"{r.n_heads} heads are sink heads ({r.screen_sink_fraction:.1%})"
+                for r in curve.itertuples()
+            ],
+        )
         reached = model_milestones(data, panel.name, SINK_MILESTONE).dropna(subset=["revision"])
         stars = milestone_labels(reached.loc[reached.tokens > 0])
         if len(stars):
-            points = ax.scatter(stars.tokens, stars.value, marker="*", s=110, color=color, edgecolor="k",
-                                linewidth=0.5, zorder=4)
-            plot.tip(points, [f"{panel.name}: sink fraction {s.label}\nfirst at {revision_label(s.revision, s.tokens)}"
-                              f" ({s.value:.1%})" for s in stars.itertuples()])
+            points = ax.scatter(
+                stars.tokens, stars.value, marker="*", s=110, color=color, edgecolor="k", linewidth=0.5, zorder=4
+            )
+            plot.tip(
+                points,
+                [
+                    f"{panel.name}: sink fraction {s.label}\nfirst at {revision_label(s.revision, s.tokens)}"
+                    f" ({s.value:.1%})"
+                    for s in stars.itertuples()
+                ],
+            )
         induction = model_milestones(data, panel.name, INDUCTION_MILESTONE).dropna(subset=["revision"])
         for stone in milestone_labels(induction.loc[induction.tokens > 0]).itertuples():
             ax.axvline(stone.tokens, color=color, ls="--", lw=0.9)
-            ax.annotate(f"induction {stone.label}", (stone.tokens, 1), xycoords=("data", "axes fraction"),
-                        xytext=(2, -10), textcoords="offset points", fontsize=6.5, color=color)
+            ax.annotate(
+                f"induction {stone.label}",
+                (stone.tokens, 1),
+                xycoords=("data", "axes fraction"),
+                xytext=(2, -10),
+                textcoords="offset points",
+                fontsize=6.5,
+                color=color,
+            )
     for level in c.sink_fractions:
         ax.axhline(level, color="0.75", ls=":", lw=0.8, zorder=0)
     _token_axis(ax)
@@ -180,12 +247,18 @@ def sink_fraction_plot(data: ReportData) -> Plot:
 
 def _seed_values(data: ReportData, values: dict, show) -> str:
     """Per-seed values as 'seed 0 12.5%, seed 1 ...' (values keyed by model or by seed)."""
-    items = sorted(((data.seed_of(k) if isinstance(k, str) and data.seed_of(k) is not None else int(k), v)
-                    for k, v in values.items()))
+    items = sorted(
+        (
+            (data.seed_of(k) if isinstance(k, str) and data.seed_of(k) is not None else int(k), v)
+            for k, v in values.items()
+        )
+    )
     return ", ".join(f"seed {s} {show(v)}" for s, v in items)
 
 
-def _family_sink_curve(ax: Axes, plot: Plot, data: ReportData, name: str, panels: list[ModelTrajectory], color: str) -> None:
+def _family_sink_curve(
+    ax: Axes, plot: Plot, data: ReportData, name: str, panels: list[ModelTrajectory], color: str
+) -> None:
     """A family on the sink-fraction figure: faint seeds, the band over seeds, the median, median milestones."""
     drawn = [p for p in panels if time_axis(p).log]
     for panel in drawn:
@@ -196,26 +269,41 @@ def _family_sink_curve(ax: Axes, plot: Plot, data: ReportData, name: str, panels
     stats = family_sink_curve(drawn)
     stats = stats.loc[(stats.tokens > 0) & (stats.n > len(drawn) / 2)]  # a seed's own checkpoints: its line only
     band = ax.fill_between(stats.tokens, stats.low, stats.high, color=color, alpha=0.18, lw=0, zorder=1)
-    plot.tip(band, [f"{name}: band = min-max sink fraction over the seeds that have each revision "
-                    f"({len(drawn)} seeds)"])
+    plot.tip(
+        band, [f"{name}: band = min-max sink fraction over the seeds that have each revision ({len(drawn)} seeds)"]
+    )
     ax.plot(stats.tokens, stats["median"], color=color, lw=1.8, label=f"{name} (median of {len(drawn)} seeds)")
     points = ax.scatter(stats.tokens, stats["median"], color=color, s=16, zorder=3)
-    plot.tip(points, [f"{name} · {revision_label(r.revision, r.tokens)}\nmedian {r.median:.1%} sink heads over {r.n} "
-                      f"seeds (range {r.low:.1%}-{r.high:.1%})\n{_seed_values(data, r.values, _percent)}"
-                      for r in stats.itertuples()])
+    plot.tip(
+        points,
+        [
+            f"{name} · {revision_label(r.revision, r.tokens)}\nmedian {r.median:.1%} sink heads over {r.n} "
+            f"seeds (range {r.low:.1%}-{r.high:.1%})\n{_seed_values(data, r.values, _percent)}"
+            for r in stats.itertuples()
+        ],
+    )
     _, numbers = family_finding(data, name, "milestones")
     n = numbers["n_seeds"]
-    stars = [(key, v) for key, v in numbers["milestones"].items()
-             if key.startswith(SINK_MILESTONE) and v["reached"] and v["median"] > 0]
+    stars = [
+        (key, v)
+        for key, v in numbers["milestones"].items()
+        if key.startswith(SINK_MILESTONE) and v["reached"] and v["median"] > 0
+    ]
     if stars:
         levels = [float(key.split(">= ")[1].rstrip("%")) / 100 for key, _ in stars]
         medians = np.array([v["median"] for _, v in stars])
         ranges = [medians - [v["low"] for _, v in stars], [v["high"] for _, v in stars] - medians]
         ax.errorbar(medians, levels, xerr=ranges, fmt="none", ecolor=color, elinewidth=1, capsize=2, zorder=2)
         points = ax.scatter(medians, levels, marker="*", s=110, color=color, edgecolor="k", linewidth=0.5, zorder=4)
-        plot.tip(points, [f"{name}: {key}\nmedian at {tokens_label(v['median'])} over {v['reached']}/{n} seeds "
-                          f"(range {tokens_label(v['low'])}-{tokens_label(v['high'])})\n"
-                          + _seed_values(data, v["per_seed"], tokens_label) for key, v in stars])
+        plot.tip(
+            points,
+            [
+                f"{name}: {key}\nmedian at {tokens_label(v['median'])} over {v['reached']}/{n} seeds "
+                f"(range {tokens_label(v['low'])}-{tokens_label(v['high'])})\n"
+                + _seed_values(data, v["per_seed"], tokens_label)
+                for key, v in stars
+            ],
+        )
     induction: dict[float, list[str]] = {}
     for key, v in numbers["milestones"].items():
         if key.startswith(INDUCTION_MILESTONE) and v["reached"] and v["median"] > 0:
@@ -223,8 +311,15 @@ def _family_sink_curve(ax: Axes, plot: Plot, data: ReportData, name: str, panels
             induction.setdefault(v["median"], []).append(key.split(">= ")[1].split(" ")[0])
     for median, counts in induction.items():
         ax.axvline(median, color=color, ls="--", lw=0.9)
-        ax.annotate(f"induction >={', '.join(counts)} heads (median)", (median, 1), xycoords=("data", "axes fraction"),
-                    xytext=(2, -10), textcoords="offset points", fontsize=6.5, color=color)
+        ax.annotate(
+            f"induction >={', '.join(counts)} heads (median)",
+            (median, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(2, -10),
+            textcoords="offset points",
+            fontsize=6.5,
+            color=color,
+        )
 
 
 def _percent(value: float) -> str:
@@ -236,26 +331,36 @@ def milestone_labels(stones: pd.DataFrame) -> pd.DataFrame:
     'induction >= 3 heads at 50x' and '... >= 5 heads ...' at one revision -> '>=3, 5 heads'."""
     found = stones.milestone.str.extract(r">= (?P<threshold>\S+)(?P<unit> heads)?").fillna({"unit": ""})
     table = stones.assign(threshold=found.threshold, unit=found.unit)
-    return (table.groupby(["revision", "tokens", "unit"], sort=False)
-            .agg(value=("value", "max"), threshold=("threshold", ", ".join)).reset_index()
-            .assign(label=lambda f: ">=" + f.threshold + f.unit))
+    return (
+        table.groupby(["revision", "tokens", "unit"], sort=False)
+        .agg(value=("value", "max"), threshold=("threshold", ", ".join))
+        .reset_index()
+        .assign(label=lambda f: ">=" + f.threshold + f.unit)
+    )
 
 
 def milestones_plot(data: ReportData) -> Plot:
     """Induction and sink milestones per model (or seed family) on one token axis, with the F3 ratio."""
     c = data.config
-    plot = Plot("milestones", "Milestones: induction circuit vs sink spread", (
-        "For each model, the first revision where the induction circuit has >= "
-        f"{', '.join(map(str, c.induction_counts))} heads (induction selectivity >= {c.thresholds.induction_threshold:g}x) and "
-        f"where the sink fraction (first-token selectivity >= {c.thresholds.sink_threshold:g}x) reaches "
-        f"{', '.join(f'{f:.0%}' for f in c.sink_fractions)}; each bar is the bracket the event lies in (after the "
-        "revision before, no later than the marked one). The arrow carries F3's ratio tokens(sink fraction >= "
-        f"{c.timing_sink_fraction:.0%}) / tokens(induction >= {c.timing_induction_count} heads), with its range over "
-        "both brackets."))
+    plot = Plot(
+        "milestones",
+        "Milestones: induction circuit vs sink spread",
+        (
+            "For each model, the first revision where the induction circuit has >= "
+            f"{', '.join(map(str, c.induction_counts))} heads (induction selectivity >= "
+            f"{c.thresholds.induction_threshold:g}x) and where the sink fraction (first-token selectivity >= "
+            f"{c.thresholds.sink_threshold:g}x) reaches {', '.join(f'{f:.0%}' for f in c.sink_fractions)}; each bar "
+            "is the bracket the event lies in (after the revision before, no later than the marked one). The arrow "
+            f"carries F3's ratio tokens(sink fraction >= {c.timing_sink_fraction:.0%}) / tokens(induction >= "
+            f"{c.timing_induction_count} heads), with its range over both brackets."
+        ),
+    )
     if data.families:
-        plot.caption += (" For a seed family the marker is the median over the seeds that reach the milestone, the bar "
-                         "its range over seeds, the faint dots each seed's own milestone; its arrow carries the median "
-                         "of the seeds' F3 ratios and their range.")
+        plot.caption += (
+            " For a seed family the marker is the median over the seeds that reach the milestone, the bar "
+            "its range over seeds, the faint dots each seed's own milestone; its arrow carries the median "
+            "of the seeds' F3 ratios and their range."
+        )
     stones = timeline(data)
     series = [(name, [p for p in panels if time_axis(p).log], family) for name, panels, family in data.series()]
     series = [(name, panels, family) for name, panels, family in series if panels]
@@ -283,15 +388,34 @@ def milestones_plot(data: ReportData) -> Plot:
             rows = reached.loc[(reached.model == name) & (reached.lane == lane)]
             color = "C3" if lane == "induction" else "C4"
             for r in rows.itertuples():
-                ax.plot([max(r.previous_tokens, low), r.tokens], [y, y], color=color, lw=5, alpha=0.25,
-                        solid_capstyle="butt")
+                ax.plot(
+                    [max(r.previous_tokens, low), r.tokens],
+                    [y, y],
+                    color=color,
+                    lw=5,
+                    alpha=0.25,
+                    solid_capstyle="butt",
+                )
             for r in milestone_labels(rows).itertuples():
-                ax.annotate(r.label, (r.tokens, y), xytext=(0, 6), textcoords="offset points", ha="center",
-                            fontsize=6.5, color=color)
+                ax.annotate(
+                    r.label,
+                    (r.tokens, y),
+                    xytext=(0, 6),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=6.5,
+                    color=color,
+                )
             if len(rows):
                 points = ax.scatter(rows.tokens, [y] * len(rows), color=color, s=22, zorder=3)
-                plot.tip(points, [f"{name}: {r.milestone}\nfirst at {revision_label(r.revision, r.tokens)}; "
-                                  f"after {r.previous_revision or 'the start'}" for r in rows.itertuples()])
+                plot.tip(
+                    points,
+                    [
+                        f"{name}: {r.milestone}\nfirst at {revision_label(r.revision, r.tokens)}; "
+                        f"after {r.previous_revision or 'the start'}"
+                        for r in rows.itertuples()
+                    ],
+                )
         _ratio_arrow(ax, data, name, lanes)
     _token_axis(ax)
     ax.set_xlim(low, high)
@@ -301,8 +425,9 @@ def milestones_plot(data: ReportData) -> Plot:
     return plot
 
 
-def _family_lanes(ax: Axes, plot: Plot, data: ReportData, family: str, reached: pd.DataFrame,
-                  lanes: dict[str, float], low: float) -> None:
+def _family_lanes(
+    ax: Axes, plot: Plot, data: ReportData, family: str, reached: pd.DataFrame, lanes: dict[str, float], low: float
+) -> None:
     """A family's milestone lanes: each seed's milestone (faint), the range over seeds (bar), the median."""
     _, numbers = family_finding(data, family, "milestones")
     n = numbers["n_seeds"]
@@ -310,30 +435,54 @@ def _family_lanes(ax: Axes, plot: Plot, data: ReportData, family: str, reached: 
         color = "C3" if lane == "induction" else "C4"
         mine = reached.loc[reached.lane == lane]
         ax.scatter(mine.tokens, [y] * len(mine), color=color, s=9, alpha=0.35, zorder=2)
-        summary = [(key, v) for key, v in numbers["milestones"].items()
-                   if (key.startswith(INDUCTION_MILESTONE) if lane == "induction" else key.startswith(SINK_MILESTONE))
-                   and v["reached"] and v["median"] > 0]
+        summary = [
+            (key, v)
+            for key, v in numbers["milestones"].items()
+            if (key.startswith(INDUCTION_MILESTONE) if lane == "induction" else key.startswith(SINK_MILESTONE))
+            and v["reached"]
+            and v["median"] > 0
+        ]
         for _, v in summary:
             ax.plot([max(v["low"], low), v["high"]], [y, y], color=color, lw=5, alpha=0.25, solid_capstyle="butt")
         if not summary:
             continue
-        medians = pd.DataFrame([{"milestone": key, "revision": tokens_label(v["median"]), "tokens": v["median"],
-                                 "value": 0.0} for key, v in summary])
+        medians = pd.DataFrame(
+            [
+                {"milestone": key, "revision": tokens_label(v["median"]), "tokens": v["median"], "value": 0.0}
+                for key, v in summary
+            ]
+        )
         for r in milestone_labels(medians).itertuples():
-            ax.annotate(r.label, (r.tokens, y), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=6.5,
-                        color=color)
-        points = ax.scatter(medians.tokens, [y] * len(medians), color=color, s=30, edgecolor="k", linewidth=0.5,
-                            zorder=3)
-        plot.tip(points, [f"{family}: {key}\nmedian at {tokens_label(v['median'])} over {v['reached']}/{n} seeds "
-                          f"(range {tokens_label(v['low'])}-{tokens_label(v['high'])})\n"
-                          + _seed_values(data, v["per_seed"], tokens_label) for key, v in summary])
+            ax.annotate(
+                r.label,
+                (r.tokens, y),
+                xytext=(0, 6),
+                textcoords="offset points",
+                ha="center",
+                fontsize=6.5,
+                color=color,
+            )
+        points = ax.scatter(
+            medians.tokens, [y] * len(medians), color=color, s=30, edgecolor="k", linewidth=0.5, zorder=3
+        )
+        plot.tip(
+            points,
+            [
+                f"{family}: {key}\nmedian at {tokens_label(v['median'])} over {v['reached']}/{n} seeds "
+                f"(range {tokens_label(v['low'])}-{tokens_label(v['high'])})\n"
+                + _seed_values(data, v["per_seed"], tokens_label)
+                for key, v in summary
+            ],
+        )
     row, f3 = family_finding(data, family, "F3")
     ratio = f3.get("ratio", {})
     if not ratio.get("n"):
         _f3_arrow(ax, lanes, row.status)
         return
-    text = (f"F3: median x{ratio['median']:.3g} (seeds {ratio['low']:.3g}-{ratio['high']:.3g}, "
-            f"{ratio['n']}/{n}), {row.status}")
+    text = (
+        f"F3: median x{ratio['median']:.3g} (seeds {ratio['low']:.3g}-{ratio['high']:.3g}, "
+        f"{ratio['n']}/{n}), {row.status}"
+    )
     _f3_arrow(ax, lanes, row.status, (f3["induction_tokens"]["median"], f3["sink_tokens"]["median"]), text)
 
 
@@ -344,24 +493,47 @@ def _ratio_arrow(ax: Axes, data: ReportData, model: str, lanes: dict[str, float]
         _f3_arrow(ax, lanes, row.status)
         return
     high = numbers["ratio_high"]
-    text = (f"F3: x{numbers['ratio']:.3g} (grid {numbers['ratio_low']:.3g}-"
-            f"{'inf' if high is None else format(high, '.3g')}), {row.status}")
+    text = (
+        f"F3: x{numbers['ratio']:.3g} (grid {numbers['ratio_low']:.3g}-"
+        f"{'inf' if high is None else format(high, '.3g')}), {row.status}"
+    )
     _f3_arrow(ax, lanes, row.status, (numbers["induction"]["tokens"], numbers["sink"]["tokens"]), text)
 
 
-def _f3_arrow(ax: Axes, lanes: dict[str, float], status: str, span: tuple[float, float] | None = None,
-              text: str = "") -> None:
+def _f3_arrow(
+    ax: Axes, lanes: dict[str, float], status: str, span: tuple[float, float] | None = None, text: str = ""
+) -> None:
     """F3 on the milestone lanes: an arrow from the induction milestone to the sink milestone
     (`span`, in tokens) with its label, or the finding's status alone where it is not measurable."""
     if span is None:
-        ax.annotate(f"F3 {status}", (1, lanes["sink"] + 0.45), xycoords=("axes fraction", "data"),
-                    xytext=(-4, 0), textcoords="offset points", ha="right", fontsize=7, color="0.35")
+        ax.annotate(
+            f"F3 {status}",
+            (1, lanes["sink"] + 0.45),
+            xycoords=("axes fraction", "data"),
+            xytext=(-4, 0),
+            textcoords="offset points",
+            ha="right",
+            fontsize=7,
+            color="0.35",
+        )
         return
     start, end = span
-    ax.annotate("", (end, lanes["sink"]), xytext=(start, lanes["induction"]),
-                arrowprops={"arrowstyle": "->", "color": "0.2", "lw": 1})
-    ax.annotate(text, (1, lanes["induction"] + 0.45), xycoords=("axes fraction", "data"), xytext=(-4, 0),
-                textcoords="offset points", fontsize=7, ha="right", va="center")
+    ax.annotate(
+        "",
+        (end, lanes["sink"]),
+        xytext=(start, lanes["induction"]),
+        arrowprops={"arrowstyle": "->", "color": "0.2", "lw": 1},
+    )
+    ax.annotate(
+        text,
+        (1, lanes["induction"] + 0.45),
+        xycoords=("axes fraction", "data"),
+        xytext=(-4, 0),
+        textcoords="offset points",
+        fontsize=7,
+        ha="right",
+        va="center",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -372,10 +544,15 @@ def sink_layers_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Layer x revision heatmap of sink heads per layer; the F1 floor marked."""
     c = data.config
     row, _ = finding(data, panel.name, "F1")
-    plot = Plot(f"sink-layers-{slug(panel.name)}", f"{panel.name}: sink heads per layer", (
-        f"Sink heads (first-token selectivity >= {c.thresholds.sink_threshold:g}x) in each layer (rows, layer 0 at the bottom) at "
-        f"each revision (columns, training order) of {panel.name}; grey: unknown. The dashed line tops the F1 floor "
-        f"(layers 0-{c.floor_layers - 1}). F1 {row.status}: {row.statement}."))
+    plot = Plot(
+        f"sink-layers-{slug(panel.name)}",
+        f"{panel.name}: sink heads per layer",
+        (
+            f"Sink heads (first-token selectivity >= {c.thresholds.sink_threshold:g}x) in each layer (rows, layer 0 "
+            f"at the bottom) at each revision (columns, training order) of {panel.name}; grey: unknown. The dashed "
+            f"line tops the F1 floor (layers 0-{c.floor_layers - 1}). F1 {row.status}: {row.statement}."
+        ),
+    )
     matrix = sink_layer_matrix(panel)
     n_layers, n_revisions = matrix.shape
     per_layer = int(panel.layers.n_heads.max())
@@ -383,22 +560,53 @@ def sink_layers_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     ax = fig.add_subplot()
     cmap = matplotlib.colormaps["magma_r"].with_extremes(under="#d9d9d9")
     values = matrix.to_numpy(dtype=float)
-    mesh = ax.pcolormesh(np.arange(n_revisions + 1), np.arange(n_layers + 1), np.nan_to_num(values, nan=-1),
-                         cmap=cmap, vmin=0, vmax=per_layer, edgecolors="white", linewidth=0.4)
+    mesh = ax.pcolormesh(
+        np.arange(n_revisions + 1),
+        np.arange(n_layers + 1),
+        np.nan_to_num(values, nan=-1),
+        cmap=cmap,
+        vmin=0,
+        vmax=per_layer,
+        edgecolors="white",
+        linewidth=0.4,
+    )
     tokens = dict(zip(panel.names, panel.tokens))
-    plot.tip(mesh, [f"layer {layer} · {revision_label(rev, tokens[rev])}\n"
-                    + (f"{v:.0f} of {per_layer} heads are sink heads" if np.isfinite(v) else "unknown")
-                    for layer, line in zip(matrix.index, values) for rev, v in zip(matrix.columns, line)])
+    plot.tip(
+        mesh,
+        [
+            f"layer {layer} · {revision_label(rev, tokens[rev])}\n"
+            + (f"{v:.0f} of {per_layer} heads are sink heads" if np.isfinite(v) else "unknown")
+            for layer, line in zip(matrix.index, values)
+            for rev, v in zip(matrix.columns, line)
+        ],
+    )
     if values.size <= MAX_ANNOTATED_CELLS:
         for (i, j), v in np.ndenumerate(values):
             if v > 0:
-                ax.text(j + 0.5, i + 0.5, f"{v:.0f}", ha="center", va="center", fontsize=6,
-                        color="white" if v > per_layer / 2 else "black")
+                ax.text(
+                    j + 0.5,
+                    i + 0.5,
+                    f"{v:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if v > per_layer / 2 else "black",
+                )
     ax.axhline(c.floor_layers, color="C2", ls="--", lw=1.4)
-    ax.annotate(f"F1 floor: layers 0-{c.floor_layers - 1}", (0, c.floor_layers), xytext=(3, 3),
-                textcoords="offset points", fontsize=7, color="C2")
-    ax.set_xticks(np.arange(n_revisions) + 0.5, [revision_label(r, tokens[r]).replace(" (", "\n(") for r in
-                                                 matrix.columns], rotation=45 if n_revisions > 6 else 0, fontsize=6.5)
+    ax.annotate(
+        f"F1 floor: layers 0-{c.floor_layers - 1}",
+        (0, c.floor_layers),
+        xytext=(3, 3),
+        textcoords="offset points",
+        fontsize=7,
+        color="C2",
+    )
+    ax.set_xticks(
+        np.arange(n_revisions) + 0.5,
+        [revision_label(r, tokens[r]).replace(" (", "\n(") for r in matrix.columns],
+        rotation=45 if n_revisions > 6 else 0,
+        fontsize=6.5,
+    )
     step = max(1, n_layers // 16)
     ax.set_yticks(np.arange(0, n_layers, step) + 0.5, [str(layer) for layer in matrix.index[::step]])
     ax.set_xlabel("revision")
@@ -413,11 +621,16 @@ def labels_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     c = data.config
     revisions = grid_revisions(panel)
     shown = "" if len(revisions) == len(panel.names) else f" ({len(revisions)} of {len(panel.names)} revisions)"
-    plot = Plot(f"labels-{slug(panel.name)}", f"{panel.name}: head labels per revision", (
-        f"Each head's label at each revision of {panel.name}{shown}: rows are layers (0 at the bottom), columns heads. "
-        f"A head's label is its best class (largest selectivity of the six classes: attention to the class's target "
-        f"position over the baseline) when that selectivity is >= {c.thresholds.label_threshold:g}x, else unclassified. Hover "
-        "a cell for the head's numbers."))
+    plot = Plot(
+        f"labels-{slug(panel.name)}",
+        f"{panel.name}: head labels per revision",
+        (
+            f"Each head's label at each revision of {panel.name}{shown}: rows are layers (0 at the bottom), columns "
+            "heads. A head's label is its best class (largest selectivity of the six classes: attention to the "
+            "class's target position over the baseline) when that selectivity is >= "
+            f"{c.thresholds.label_threshold:g}x, else unclassified. Hover a cell for the head's numbers."
+        ),
+    )
     n_layers, n_heads = panel.heads.layer.max() + 1, panel.heads["head"].max() + 1
     ncols = min(len(revisions), 5)
     nrows = math.ceil(len(revisions) / ncols)
@@ -438,12 +651,16 @@ def labels_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         ax.set_yticks([0.5, n_layers - 0.5], ["0", str(n_layers - 1)], fontsize=6)
         ax.tick_params(length=0)
         ax.set_aspect("equal")
-    for ax in list(axes.flat)[len(revisions):]:
+    for ax in list(axes.flat)[len(revisions) :]:
         ax.set_axis_off()
     axes[-1, 0].set_xlabel("head", fontsize=7)
     axes[-1, 0].set_ylabel("layer", fontsize=7)
-    fig.legend(handles=[Patch(color=LABEL_COLORS[label], label=label) for label in LABEL_ORDER],
-               loc="outside lower center", ncols=len(LABEL_ORDER) if width >= 7.5 else 4, frameon=False)
+    fig.legend(
+        handles=[Patch(color=LABEL_COLORS[label], label=label) for label in LABEL_ORDER],
+        loc="outside lower center",
+        ncols=len(LABEL_ORDER) if width >= 7.5 else 4,
+        frameon=False,
+    )
     plot.figure = fig
     return plot
 
@@ -452,14 +669,22 @@ def induction_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Induction selectivity of the final circuit's heads, the threshold, and top-1 on a twin axis."""
     c = data.config
     heads, final = trajectory_heads(panel, c)
-    chosen = (f"the final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at the last revision, "
-              f"{panel.names[-1]})" if final else
-              f"the {len(heads)} heads with the highest induction selectivity at any revision (no head is >= "
-              f"{c.thresholds.induction_threshold:g}x at the last revision, so there is no final circuit)")
-    plot = Plot(f"induction-{slug(panel.name)}", f"{panel.name}: induction selectivity and capability", (
-        f"Induction selectivity (attention from the second A to the token after the first A, over the baseline; log "
-        f"axis) of {chosen}, with the {c.thresholds.induction_threshold:g}x circuit line; grey, right axis: top-1 accuracy of "
-        "the induction target at the query (capability)."))
+    chosen = (
+        f"the final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at the last revision, "
+        f"{panel.names[-1]})"
+        if final
+        else f"the {len(heads)} heads with the highest induction selectivity at any revision (no head is >= "
+        f"{c.thresholds.induction_threshold:g}x at the last revision, so there is no final circuit)"
+    )
+    plot = Plot(
+        f"induction-{slug(panel.name)}",
+        f"{panel.name}: induction selectivity and capability",
+        (
+            "Induction selectivity (attention from the second A to the token after the first A, over the baseline; "
+            f"log axis) of {chosen}, with the {c.thresholds.induction_threshold:g}x circuit line; grey, right axis: "
+            "top-1 accuracy of the induction target at the query (capability)."
+        ),
+    )
     axis = time_axis(panel)
     x = axis.x[axis.drawn]
     selectivity = panel.wide("sel_induction")
@@ -469,8 +694,13 @@ def induction_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         y = selectivity[head].to_numpy()[axis.drawn]
         ax.plot(x, y, color=_color(j), lw=1.5, label=head)
         points = ax.scatter(x, y, color=_color(j), s=16, zorder=3)
-        plot.tip(points, [f"{head} · {revision_label(n, t)}\ninduction {v:.1f}x"
-                          for n, t, v in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], y)])
+        plot.tip(
+            points,
+            [
+                f"{head} · {revision_label(n, t)}\ninduction {v:.1f}x"
+                for n, t, v in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], y)
+            ],
+        )
     ax.set_yscale("log")
     _threshold_line(ax, c.thresholds.induction_threshold, f"{c.thresholds.induction_threshold:g}x circuit")
     plot.caption += _ceiling_line(ax, x, panel.revisions.ceiling_induction.to_numpy(dtype=float)[axis.drawn])
@@ -481,8 +711,13 @@ def induction_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         twin = ax.twinx()
         twin.plot(x, top1, color="0.35", ls="-.", lw=1.2, label="top-1")
         points = twin.scatter(x, top1, color="0.35", marker="s", s=12, zorder=3)
-        plot.tip(points, [f"{revision_label(n, t)}\ntop-1 {v:.3f}"
-                          for n, t, v in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], top1)])
+        plot.tip(
+            points,
+            [
+                f"{revision_label(n, t)}\ntop-1 {v:.3f}"
+                for n, t, v in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], top1)
+            ],
+        )
         twin.set_ylim(0, 1)
         twin.set_ylabel("top-1 at the query")
         lines = ax.get_legend_handles_labels()
@@ -499,13 +734,18 @@ def spectral_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Per final-circuit head: PR and induction selectivity on one time axis; F5's marks."""
     c = data.config
     row, numbers = finding(data, panel.name, "F5")
-    plot = Plot(f"spectral-{slug(panel.name)}", f"{panel.name}: PR and selectivity per circuit head (F5)", (
-        f"Per final-circuit head of {panel.name}: participation ratio (blue, left axis; PR = exp of the entropy of "
-        "the normalised squared singular values of the head's outputs at the query) and induction selectivity (red, "
-        f"right, log; dashed: {c.thresholds.induction_threshold:g}x) on one time axis. Dotted: the revision where PR is first "
-        f"elevated (>= {c.pr_rise_fraction:g} of its largest rise above its running minimum, that rise >= "
-        f"{c.pr_min_rise:g}) and the one where selectivity first crosses {c.thresholds.induction_threshold:g}x. "
-        f"F5 {row.status}: {row.statement}."))
+    plot = Plot(
+        f"spectral-{slug(panel.name)}",
+        f"{panel.name}: PR and selectivity per circuit head (F5)",
+        (
+            f"Per final-circuit head of {panel.name}: participation ratio (blue, left axis; PR = exp of the entropy "
+            "of the normalised squared singular values of the head's outputs at the query) and induction "
+            f"selectivity (red, right, log; dashed: {c.thresholds.induction_threshold:g}x) on one time axis. "
+            f"Dotted: the revision where PR is first elevated (>= {c.pr_rise_fraction:g} of its largest rise above "
+            f"its running minimum, that rise >= {c.pr_min_rise:g}) and the one where selectivity first crosses "
+            f"{c.thresholds.induction_threshold:g}x. F5 {row.status}: {row.statement}."
+        ),
+    )
     heads, final = trajectory_heads(panel, c)
     pr = panel.wide("pr")
     if pr.isna().all().all():
@@ -546,7 +786,7 @@ def spectral_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         else:
             reason = numbers.get("not_measured", {}).get(head, "not measured")
             ax.set_title(f"{head}: {reason.split(': ')[-1]}", fontsize=7)  # e.g. "no measurable lead"
-    for ax in list(axes.flat)[len(shown):]:
+    for ax in list(axes.flat)[len(shown) :]:
         ax.set_axis_off()
     fig.supxlabel(axis.label, fontsize=8)
     plot.figure = fig
@@ -557,10 +797,15 @@ def recall_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     """Recall of the final induction circuit per revision (F4)."""
     c = data.config
     row, numbers = finding(data, panel.name, "F4")
-    plot = Plot(f"recall-{slug(panel.name)}", f"{panel.name}: recall of the final induction circuit (F4)", (
-        f"Share of {panel.name}'s final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at the last revision) "
-        f"already >= {c.thresholds.induction_threshold:g}x at each revision; dotted: "
-        f"{', '.join(f'{level:.0%}' for level in c.recall_levels)}. F4 {row.status}: {row.statement}."))
+    plot = Plot(
+        f"recall-{slug(panel.name)}",
+        f"{panel.name}: recall of the final induction circuit (F4)",
+        (
+            f"Share of {panel.name}'s final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at "
+            f"the last revision) already >= {c.thresholds.induction_threshold:g}x at each revision; dotted: "
+            f"{', '.join(f'{level:.0%}' for level in c.recall_levels)}. F4 {row.status}: {row.statement}."
+        ),
+    )
     heads, final = trajectory_heads(panel, c)
     if not final or len(panel.names) < 2:
         plot.note = row.statement
@@ -573,17 +818,29 @@ def recall_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     x = axis.x[axis.drawn]
     ax.plot(x, shares, color="C3", lw=1.6, drawstyle="steps-post")
     points = ax.scatter(x, shares, color="C3", s=18, zorder=3)
-    plot.tip(points, [f"{revision_label(n, t)}\nrecall {share:.0%}: "
-                      + (", ".join(h for h in heads if members.loc[n, h]) or "none") + f" >= {c.thresholds.induction_threshold:g}x"
-                      for n, t, share in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], shares)])
+    plot.tip(
+        points,
+        [
+            f"{revision_label(n, t)}\nrecall {share:.0%}: "
+            + (", ".join(h for h in heads if members.loc[n, h]) or "none")
+            + f" >= {c.thresholds.induction_threshold:g}x"
+            for n, t, share in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], shares)
+        ],
+    )
     for level in c.recall_levels:
         ax.axhline(level, color="0.7", ls=":", lw=0.8)
     levels = pd.DataFrame([{"level": key, **level} for key, level in numbers["levels"].items()])
     for revision, group in levels.dropna(subset=["revision"]).groupby("revision", sort=False):
         share = group.share.iloc[0]
         text = f">={', '.join(group.level)} at {revision}" + (f" ({share:.1%} of training)" if pd.notna(share) else "")
-        ax.annotate(text, (_at(axis, revision), group.value.max()), xytext=(-4, 4), textcoords="offset points",
-                    fontsize=6.5, ha="right")
+        ax.annotate(
+            text,
+            (_at(axis, revision), group.value.max()),
+            xytext=(-4, 4),
+            textcoords="offset points",
+            fontsize=6.5,
+            ha="right",
+        )
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(-0.03, 1.08)
     ax.set_ylabel(f"final circuit >= {c.thresholds.induction_threshold:g}x")
@@ -598,14 +855,19 @@ def recall_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
 
 def ablations_plot(data: ReportData) -> Plot:
     """Per ablation: the deciding metric under each condition, and the circuit-vs-random differential."""
-    plot = Plot("ablations", "Ablations: circuit vs matched-random heads", (
-        "One row per ablation (model, revision, circuit, mode). Left: the deciding metric (decided_by: top-1 when "
-        "the clean top-1 is >= 0.1, else the loss, unless --metric set it) with nothing ablated "
-        "(clean), with the circuit ablated, with matched-random heads ablated (same layers, same count per layer; "
-        "grey dots: one per seed; blue: their mean and 2.5-97.5 percentile range), with every head of the circuit's "
-        "layers ablated (upper bound), and with each circuit head alone. Right: the differential, damage(circuit) - "
-        "damage(random), with the ablation's bootstrap interval; the circuit is necessary when the interval lies "
-        "above 0."))
+    plot = Plot(
+        "ablations",
+        "Ablations: circuit vs matched-random heads",
+        (
+            "One row per ablation (model, revision, circuit, mode). Left: the deciding metric (decided_by: top-1 "
+            "when the clean top-1 is >= 0.1, else the loss, unless --metric set it) with nothing ablated (clean), "
+            "with the circuit ablated, with matched-random heads ablated (same layers, same count per layer; grey "
+            "dots: one per seed; blue: their mean and 2.5-97.5 percentile range), with every head of the circuit's "
+            "layers ablated (upper bound), and with each circuit head alone. Right: the differential, "
+            "damage(circuit) - damage(random), with the ablation's bootstrap interval; the circuit is necessary "
+            "when the interval lies above 0."
+        ),
+    )
     if data.ablations is None:
         plot.note = "no ablations in these results"
         return plot
@@ -618,11 +880,22 @@ def ablations_plot(data: ReportData) -> Plot:
         colors = ["k", "C3", "C0", "0.5"]
         seeds = np.asarray(r.random_seeds, dtype=float)
         left.scatter(seeds, np.full(len(seeds), 2.0) + np.linspace(-0.18, 0.18, len(seeds)), color="0.6", s=6)
-        left.errorbar(r.random_mean, 2, xerr=[[r.random_mean - r.random_low], [r.random_high - r.random_mean]],
-                      color="C0", capsize=3, lw=1.2)
+        left.errorbar(
+            r.random_mean,
+            2,
+            xerr=[[r.random_mean - r.random_low], [r.random_high - r.random_mean]],
+            color="C0",
+            capsize=3,
+            lw=1.2,
+        )
         points = left.scatter(values, [0, 1, 2, 3], color=colors, s=30, zorder=3)
-        plot.tip(points, [f"{r.model} · {r.revision} · {r.circuit} ({r.mode})\n"
-                          f"{name}: {r.metric} {v:.4g}" for name, v in zip(names, values)])
+        plot.tip(
+            points,
+            [
+                f"{r.model} · {r.revision} · {r.circuit} ({r.mode})\n{name}: {r.metric} {v:.4g}"
+                for name, v in zip(names, values)
+            ],
+        )
         singles = np.asarray(r.singles, dtype=float)
         if len(singles):
             crosses = left.scatter(singles, np.full(len(singles), 1.0), marker="x", color="C3", s=18, alpha=0.7)
@@ -630,11 +903,17 @@ def ablations_plot(data: ReportData) -> Plot:
         left.set_yticks(range(4), names)
         left.set_ylim(-0.6, 3.6)
         left.set_xlabel(f"{r.metric} (deciding metric)", fontsize=7)
-        left.set_title(f"{r.model} · {revision_label(r.revision, r.tokens)} · {r.circuit} ({r.mode})", fontsize=7.5,
-                       loc="left")
-        right.errorbar(r.differential, 0, xerr=[[r.differential - r.differential_low],
-                                                [r.differential_high - r.differential]],
-                       fmt="o", color="C3" if r.verdict == "necessary" else "0.4", capsize=4)
+        left.set_title(
+            f"{r.model} · {revision_label(r.revision, r.tokens)} · {r.circuit} ({r.mode})", fontsize=7.5, loc="left"
+        )
+        right.errorbar(
+            r.differential,
+            0,
+            xerr=[[r.differential - r.differential_low], [r.differential_high - r.differential]],
+            fmt="o",
+            color="C3" if r.verdict == "necessary" else "0.4",
+            capsize=4,
+        )
         right.axvline(0, color="k", lw=0.8)
         right.set_yticks([])
         right.set_title(f"{r.verdict} (decided by {r.metric})", fontsize=7.5)
@@ -648,12 +927,17 @@ def family_circuits_plot(data: ReportData, family: str) -> Plot:
     c = data.config
     row, numbers = family_finding(data, family, "circuit")
     seeds = data.families[family]
-    plot = Plot(f"circuits-{slug(family)}", f"{family}: induction circuits across {len(seeds)} seeds", (
-        f"Left: each seed's own final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at that seed's last "
-        "revision) counted per layer; a head's identity does not carry over between seeds, so the layers and the size "
-        f"are what compares. Right: when it formed: the bracket of the first revision with >= "
-        f"{c.timing_induction_count} induction heads (bar; dot at its upper end) and the first revision with the whole "
-        f"final circuit (cross); dashed: the median over seeds. {row.statement}."))
+    plot = Plot(
+        f"circuits-{slug(family)}",
+        f"{family}: induction circuits across {len(seeds)} seeds",
+        (
+            f"Left: each seed's own final induction circuit (heads >= {c.thresholds.induction_threshold:g}x at that "
+            "seed's last revision) counted per layer; a head's identity does not carry over between seeds, so the "
+            "layers and the size are what compares. Right: when it formed: the bracket of the first revision with "
+            f">= {c.timing_induction_count} induction heads (bar; dot at its upper end) and the first revision with "
+            f"the whole final circuit (cross); dashed: the median over seeds. {row.statement}."
+        ),
+    )
     heads = {int(s): h for s, h in numbers["heads"].items()}
     if not any(heads.values()):
         plot.note = "no seed has a final induction circuit"
@@ -665,15 +949,36 @@ def family_circuits_plot(data: ReportData, family: str) -> Plot:
             matrix[i, int(head[1:].split("H")[0])] += 1
     fig = _figure(7.5, 0.32 * len(seeds) + 1.6)
     left, right = fig.subplots(1, 2, width_ratios=[1, 1.6], sharey=True)
-    mesh = left.pcolormesh(np.arange(n_layers + 1), np.arange(len(seeds) + 1), matrix, cmap="Reds", vmin=0,
-                           vmax=max(1, matrix.max()), edgecolors="white", linewidth=0.4)
-    plot.tip(mesh, [f"seed {seed} ({seeds[seed]}) · layer {layer}\n{int(matrix[i, layer])} circuit heads"
-                    + (": " + ", ".join(h for h in heads[seed] if h.startswith(f"L{layer}H")) if matrix[i, layer] else "")
-                    for i, seed in enumerate(seeds) for layer in range(n_layers)])
+    mesh = left.pcolormesh(
+        np.arange(n_layers + 1),
+        np.arange(len(seeds) + 1),
+        matrix,
+        cmap="Reds",
+        vmin=0,
+        vmax=max(1, matrix.max()),
+        edgecolors="white",
+        linewidth=0.4,
+    )
+    plot.tip(
+        mesh,
+        [
+            f"seed {seed} ({seeds[seed]}) · layer {layer}\n{int(matrix[i, layer])} circuit heads"
+            + (": " + ", ".join(h for h in heads[seed] if h.startswith(f"L{layer}H")) if matrix[i, layer] else "")
+            for i, seed in enumerate(seeds)
+            for layer in range(n_layers)
+        ],
+    )
     for (i, j), v in np.ndenumerate(matrix):
         if v:
-            left.text(j + 0.5, i + 0.5, f"{v:.0f}", ha="center", va="center", fontsize=6.5,
-                      color="white" if v > matrix.max() / 2 else "black")
+            left.text(
+                j + 0.5,
+                i + 0.5,
+                f"{v:.0f}",
+                ha="center",
+                va="center",
+                fontsize=6.5,
+                color="white" if v > matrix.max() / 2 else "black",
+            )
     step = max(1, n_layers // 12)
     left.set_xticks(np.arange(0, n_layers, step) + 0.5, [str(k) for k in range(0, n_layers, step)])
     left.set_yticks(np.arange(len(seeds)) + 0.5, [f"seed {s}" for s in seeds])
@@ -692,8 +997,14 @@ def family_circuits_plot(data: ReportData, family: str) -> Plot:
             right.scatter([complete[str(seed)]], [i + 0.5], marker="x", color="k", s=20, zorder=3)
     if formed:
         points = right.scatter([f[3].tokens for f in formed], [f[0] + 0.5 for f in formed], color="C3", s=18, zorder=3)
-        plot.tip(points, [f"seed {seed} ({model}): {name}\nfirst at {revision_label(stone.revision, stone.tokens)}; "
-                          f"after {stone.previous_revision or 'the start'}" for _, seed, model, stone in formed])
+        plot.tip(
+            points,
+            [
+                f"seed {seed} ({model}): {name}\nfirst at {revision_label(stone.revision, stone.tokens)}; "
+                f"after {stone.previous_revision or 'the start'}"
+                for _, seed, model, stone in formed
+            ],
+        )
     median = numbers["formed_tokens"]["median"]
     if median:
         right.axvline(median, color="C3", ls="--", lw=0.9)
@@ -715,5 +1026,10 @@ def panel_plots(data: ReportData) -> list[Plot]:
 
 
 def model_plots(data: ReportData, panel: ModelTrajectory) -> list[Plot]:
-    return [sink_layers_plot(data, panel), labels_plot(data, panel), induction_plot(data, panel),
-            spectral_plot(data, panel), recall_plot(data, panel)]
+    return [
+        sink_layers_plot(data, panel),
+        labels_plot(data, panel),
+        induction_plot(data, panel),
+        spectral_plot(data, panel),
+        recall_plot(data, panel),
+    ]

@@ -15,14 +15,25 @@ import numpy as np
 import pandas as pd
 
 from headtrace import __version__
-from headtrace.families import family_rows, family_status_class, model_rows
+from headtrace.family_findings import family_rows, family_status_class, model_rows
 from headtrace.report.data import ReportData, model_gaps, panel_gaps, revision_label
 from headtrace.report.figures import Plot
 from headtrace.schema import ceiling_text
 from headtrace.store import slug
 
-RUN_COLUMNS = ("revision", "tokens", "top1", "n_sink_heads", "n_induction_heads", "n_examples", "dtype", "device",
-               "config_hash", "wall_s", "started_at")
+RUN_COLUMNS = (
+    "revision",
+    "tokens",
+    "top1",
+    "n_sink_heads",
+    "n_induction_heads",
+    "n_examples",
+    "dtype",
+    "device",
+    "config_hash",
+    "wall_s",
+    "started_at",
+)
 VERSIONED = ("headtrace", "torch", "transformers")  # run-table columns <name>_version
 
 
@@ -42,7 +53,7 @@ def render(plot: Plot, folder: Path) -> str:
 def inline_svg(svg: str, prefix: str, tips: dict[str, list[str]]) -> str:
     """An SVG document as page markup: tips attached to their groups, ids prefixed so that figures
     on one page never share one (matplotlib names clip paths and markers by content hash)."""
-    svg = svg[svg.index("<svg"):]
+    svg = svg[svg.index("<svg") :]
     for gid, texts in tips.items():
         anchor = f'id="{gid}"'
         if svg.count(anchor) != 1:
@@ -77,11 +88,17 @@ def _table(frame: pd.DataFrame) -> str:
 
 
 def _figure(plot: Plot, svg: str, number: int) -> str:
-    body = (f'<div class="canvas">{svg}</div>' if svg else f'<p class="gap">Not drawn: {_e(plot.note)}</p>')
-    files = (f' <span class="files"><a href="figures/{plot.key}.png">PNG</a> &middot; '
-             f'<a href="figures/{plot.key}.svg">SVG</a></span>' if svg else "")
-    return (f'<figure class="plot" id="fig-{plot.key}">{body}<figcaption><b>Figure {number}. {_e(plot.title)}.</b> '
-            f"{_e(plot.caption)}{files}</figcaption></figure>")
+    body = f'<div class="canvas">{svg}</div>' if svg else f'<p class="gap">Not drawn: {_e(plot.note)}</p>'
+    files = (
+        f' <span class="files"><a href="figures/{plot.key}.png">PNG</a> &middot; '
+        f'<a href="figures/{plot.key}.svg">SVG</a></span>'
+        if svg
+        else ""
+    )
+    return (
+        f'<figure class="plot" id="fig-{plot.key}">{body}<figcaption><b>Figure {number}. {_e(plot.title)}.</b> '
+        f"{_e(plot.caption)}{files}</figcaption></figure>"
+    )
 
 
 def _families(data: ReportData) -> str:
@@ -92,13 +109,18 @@ def _families(data: ReportData) -> str:
     parts = []
     for family, rows in summary.groupby("family", sort=False):
         seeds = ", ".join(f"{s} ({m})" for s, m in data.families.get(family, {}).items())
-        body = "".join(f"<tr><td>{_e(r.finding)} {_e(r.title)}</td>"
-                       f'<td class="status {family_status_class(r.status).replace(" ", "-")}">{_e(r.status)}</td>'
-                       f"<td>{_e(r.statement)}</td></tr>" for r in rows.itertuples())
-        parts.append(f"<h3>{_e(family)}: across seeds</h3><p>Seeds: {_e(seeds)}. Status: the commonest outcome over "
-                     "the seeds where the finding is measurable; figures: median [range] over the seeds that have "
-                     "them.</p><table><thead><tr><th>finding</th><th>status</th><th>statement</th></tr></thead>"
-                     f"<tbody>{body}</tbody></table>")
+        body = "".join(
+            f"<tr><td>{_e(r.finding)} {_e(r.title)}</td>"
+            f'<td class="status {family_status_class(r.status).replace(" ", "-")}">{_e(r.status)}</td>'
+            f"<td>{_e(r.statement)}</td></tr>"
+            for r in rows.itertuples()
+        )
+        parts.append(
+            f"<h3>{_e(family)}: across seeds</h3><p>Seeds: {_e(seeds)}. Status: the commonest outcome over "
+            "the seeds where the finding is measurable; figures: median [range] over the seeds that have "
+            "them.</p><table><thead><tr><th>finding</th><th>status</th><th>statement</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>"
+        )
     return "".join(parts) + ("<h3>Per model (each seed of a family, and single models)</h3>" if parts else "")
 
 
@@ -107,10 +129,13 @@ def _findings(data: ReportData) -> str:
     rows = "".join(
         f"<tr><td>{_e(r.model)}</td><td>{_e(r.finding)} {_e(r.title)}</td>"
         f'<td class="status {r.status.replace(" ", "-")}">{_e(r.status)}</td><td>{_e(r.statement)}</td></tr>'
-        for r in table.itertuples())
+        for r in table.itertuples()
+    )
     criteria = table.drop_duplicates("finding")[["finding", "title", "claim"]]
-    return (_families(data) + "<table><thead><tr><th>model</th><th>finding</th><th>status</th><th>statement</th></tr>"
-            f"</thead><tbody>{rows}</tbody></table><h3>Criteria</h3>{_table(criteria)}")
+    return (
+        _families(data) + "<table><thead><tr><th>model</th><th>finding</th><th>status</th><th>statement</th></tr>"
+        f"</thead><tbody>{rows}</tbody></table><h3>Criteria</h3>{_table(criteria)}"
+    )
 
 
 def _metadata(data: ReportData) -> str:
@@ -118,22 +143,41 @@ def _metadata(data: ReportData) -> str:
     summary = []
     for model, group in runs.groupby("model", sort=False):
         first = group.iloc[0]
-        versions = sorted({", ".join(f"{name} {getattr(r, f'{name}_version')}" for name in VERSIONED
-                                     if isinstance(getattr(r, f"{name}_version", None), str))
-                           for r in group.itertuples()})
-        summary.append({
-            "model": model, "revisions": len(group), "architecture": first.architecture,
-            "layers x heads": f"{first.n_layers} x {first.n_heads}", "probe": first.probe,
-            "examples": first.n_examples, "PR sample": _pr_sample(group), "baseline": _baseline(first),
-            "induction ceiling": _ceiling(group, "ceiling_induction"),
-            "duplicate ceiling": _ceiling(group, "ceiling_duplicate"),
-            "devices": ", ".join(sorted(map(str, group.device.dropna().unique()))),
-            "config hashes": ", ".join(sorted(map(str, group.config_hash.dropna().unique()))),
-            "versions": "; ".join(versions), "wall time (s)": group.wall_s.sum(min_count=1),
-        })
+        versions = sorted(
+            {
+                ", ".join(
+                    f"{name} {getattr(r, f'{name}_version')}"
+                    for name in VERSIONED
+                    if isinstance(getattr(r, f"{name}_version", None), str)
+                )
+                for r in group.itertuples()
+            }
+        )
+        summary.append(
+            {
+                "model": model,
+                "revisions": len(group),
+                "architecture": first.architecture,
+                "layers x heads": f"{first.n_layers} x {first.n_heads}",
+                "probe": first.probe,
+                "examples": first.n_examples,
+                "PR sample": _pr_sample(group),
+                "baseline": _baseline(first),
+                "induction ceiling": _ceiling(group, "ceiling_induction"),
+                "duplicate ceiling": _ceiling(group, "ceiling_duplicate"),
+                "devices": ", ".join(sorted(map(str, group.device.dropna().unique()))),
+                "config hashes": ", ".join(sorted(map(str, group.config_hash.dropna().unique()))),
+                "versions": "; ".join(versions),
+                "wall time (s)": group.wall_s.sum(min_count=1),
+            }
+        )
     per_run = runs.reindex(columns=["model", *RUN_COLUMNS])
-    return (_table(pd.DataFrame(summary)) + "<details><summary>Every run (model x revision)</summary>"
-            + _table(per_run) + "</details>")
+    return (
+        _table(pd.DataFrame(summary))
+        + "<details><summary>Every run (model x revision)</summary>"
+        + _table(per_run)
+        + "</details>"
+    )
 
 
 def _baseline(run: pd.Series) -> str:
@@ -173,8 +217,9 @@ def _gaps(gaps: list[str]) -> str:
     return '<ul class="gaps">' + "".join(f"<li>{_e(g)}</li>" for g in gaps) + "</ul>" if gaps else ""
 
 
-def page(data: ReportData, overview: list[Plot], per_model: dict[str, list[Plot]], ablation: Plot,
-         svgs: dict[str, str]) -> str:
+def page(
+    data: ReportData, overview: list[Plot], per_model: dict[str, list[Plot]], ablation: Plot, svgs: dict[str, str]
+) -> str:
     """The whole page as one HTML string."""
     counter = itertools.count(1)
 
@@ -187,25 +232,30 @@ def page(data: ReportData, overview: list[Plot], per_model: dict[str, list[Plot]
     nav = ['<a href="#overview">Overview</a>', '<a href="#findings">Findings</a>']
     nav += [f'<a href="#model-{slug(m)}">{_e(m)}</a>' for m in models]
     nav += ['<a href="#ablations">Ablations</a>', '<a href="#runs">Runs</a>'] + (
-        ['<a href="#missing">Missing</a>'] if missing else [])
-    sections = [f'<section id="overview"><h2>Overview</h2>{figures(overview)}</section>',
-                f'<section id="findings"><h2>Findings F1-F6</h2>{_findings(data)}</section>']
+        ['<a href="#missing">Missing</a>'] if missing else []
+    )
+    sections = [
+        f'<section id="overview"><h2>Overview</h2>{figures(overview)}</section>',
+        f'<section id="findings"><h2>Findings F1-F6</h2>{_findings(data)}</section>',
+    ]
     for panel in data.panels:
         names = ", ".join(revision_label(n, t) for n, t in zip(panel.names, panel.tokens))
         sections.append(
             f'<section id="model-{slug(panel.name)}"><h2>{_e(panel.name)}</h2>'
-            f'<p>{_count(len(panel.names), "revision")}: {_e(names)}</p>'
-            f"{_gaps(per_model_gaps[panel.name])}{figures(per_model[panel.name])}</section>")
+            f"<p>{_count(len(panel.names), 'revision')}: {_e(names)}</p>"
+            f"{_gaps(per_model_gaps[panel.name])}{figures(per_model[panel.name])}</section>"
+        )
     sections.append(f'<section id="ablations"><h2>Ablations</h2>{figures([ablation])}</section>')
     sections.append(f'<section id="runs"><h2>Runs</h2>{_metadata(data)}</section>')
     if missing:
         sections.append(f'<section id="missing"><h2>What is missing</h2>{missing}</section>')
     notice = '<p class="gap">Some results are missing: <a href="#missing">what, and why</a>.</p>' if missing else ""
     title = f"headtrace report: {data.results_dir.name}"
+    counts = f"{_count(len(models), 'model')}{_family_count(data)}, {_count(len(data.revisions), 'revision')}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_e(title)}</title><style>{_asset("report.css")}</style></head>
-<body><header><h1>{_e(title)}</h1><p>{_count(len(models), "model")}{_family_count(data)}, {_count(len(data.revisions), "revision")} from
+<body><header><h1>{_e(title)}</h1><p>{counts} from
 {_e(data.results_dir)};
 headtrace {__version__}. Hover a point or a cell for its numbers.</p></header>
 <nav>{"".join(nav)}</nav><main>{notice}{"".join(sections)}</main>

@@ -2,13 +2,8 @@
 Hugging Face checkpoints at log-spaced steps, every K steps, and wherever the smoothed training
 loss falls (so that they gather in the induction transition).
 
-Output layout (what `LocalSource(organism=True)` and `headtrace run` read):
-
-    OUT/step000001/ ... OUT/step000600/   config.json, model.safetensors, tokenizer files
-    OUT/revisions.json                    [{"revision": "step000128", "step": 128, "tokens": ...}]
-    OUT/organism.json                     recipe, corpus, training settings, seed
-
-Each checkpoint is written to a hidden temporary folder and renamed into place, and
+Output layout: config.py (what `LocalSource(organism=True)` and `headtrace run` read). Each
+checkpoint is written to a hidden temporary folder and renamed into place, and
 `revisions.json` is rewritten atomically after each one, so an interrupted run (Ctrl-C) leaves
 exactly the finished checkpoints, all listed and loadable. Same settings and seed give
 bit-identical checkpoints: the init is seeded and batch k is a pure function of (seed, k).
@@ -20,7 +15,6 @@ organism.json lists the screened revisions under "screened".
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import shutil
@@ -29,76 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
 import torch
 
 from headtrace.errors import HeadtraceError
-from headtrace.organism.corpus import SPECIAL_TOKENS, CorpusConfig, batch
-from headtrace.organism.recipes import Recipe, build_model
-from headtrace.sources import REVISIONS_FILE
+from headtrace.organism.config import ORGANISM_FILE, REVISIONS_FILE, Organism, TrainConfig, revision_name
+from headtrace.organism.corpus import SPECIAL_TOKENS, batch
+from headtrace.organism.recipes import build_model
 from headtrace.store import atomic_folder, write_json_atomic
 
 if TYPE_CHECKING:
     from headtrace.watch import Watcher
 
-ORGANISM_FILE = "organism.json"
 # (step just finished, total steps, training loss): the progress bar; may raise to stop training.
 StepCallback = Callable[[int, int, float], None]
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """How the organism is trained."""
-
-    steps: int = 2000
-    batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 50
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    n_checkpoints: int = 12  # log-spaced over the run
-    checkpoint_every: int | None = 250  # also save every K steps (the plateau after the transition)
-    # Also save whenever the smoothed training loss fell this much since the last save: checkpoints
-    # gather where the model changes (the induction transition), wherever a seed puts it.
-    checkpoint_loss_drop: float | None = 0.1
-    seed: int = 0
-
-    def validate(self) -> None:
-        if self.steps < 1:
-            raise HeadtraceError(f"steps must be >= 1 (got {self.steps})")
-        if self.batch_size < 1 or self.n_checkpoints < 1 or self.lr <= 0:
-            raise HeadtraceError("batch_size, n_checkpoints and lr must be positive")
-        if self.checkpoint_every is not None and self.checkpoint_every < 1:
-            raise HeadtraceError(f"checkpoint_every must be >= 1 (got {self.checkpoint_every})")
-        if self.checkpoint_loss_drop is not None and self.checkpoint_loss_drop <= 0:
-            raise HeadtraceError(f"checkpoint_loss_drop must be > 0 (got {self.checkpoint_loss_drop})")
-
-    def checkpoint_steps(self) -> list[int]:
-        """The steps saved on schedule: `n_checkpoints` log-spaced ones, plus every `checkpoint_every`
-        steps (saves on a loss drop come on top, see `LossDropSaves`)."""
-        every = range(self.checkpoint_every, self.steps + 1, self.checkpoint_every) if self.checkpoint_every else ()
-        return sorted({*checkpoint_steps(self.steps, self.n_checkpoints), *every})
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class Organism:
-    """Everything that determines a trained organism (written to organism.json)."""
-
-    recipe: Recipe = Recipe()
-    corpus: CorpusConfig = CorpusConfig()
-    train: TrainConfig = TrainConfig()
-
-    def to_dict(self) -> dict:
-        return {"recipe": self.recipe.to_dict(), "corpus": self.corpus.to_dict(), "train": self.train.to_dict(),
-                "seed": self.train.seed}
-
-    def validate(self) -> None:
-        self.recipe.validate()
-        self.corpus.validate()
-        self.train.validate()
 
 
 @dataclass
@@ -111,20 +48,9 @@ class TrainResult:
     reused: bool = False  # the directory already held this organism, complete: nothing was trained
 
 
-def checkpoint_steps(steps: int, n: int) -> list[int]:
-    """About n log-spaced steps in [1, steps], always including 1 and the last."""
-    if n <= 1:
-        return [steps]
-    spaced = np.unique(np.round(np.geomspace(1, steps, n)).astype(int))
-    return sorted({1, steps, *spaced.tolist()})
-
-
-def revision_name(step: int) -> str:
-    return f"step{step:06d}"
-
-
 def build_tokenizer(vocab_size: int):
     """A word-level tokenizer over the organism's ids: "<bos>", "<eos>", "<unk>", then "t3", "t4", ..."""
+    # transformers: loaded when a tokenizer is built, not with the trainer
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -132,8 +58,9 @@ def build_tokenizer(vocab_size: int):
     vocab.update({f"t{i}": i for i in range(len(SPECIAL_TOKENS), vocab_size)})
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>",
-                                   unk_token="<unk>", model_max_length=2 * 1024)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", model_max_length=2 * 1024
+    )
 
 
 class LossDropSaves:
@@ -168,8 +95,8 @@ def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None) -> b
     """Make `out` ready; True when it already holds this very organism, complete (nothing to do).
 
     A directory with the same organism.json but unfinished is trained again from scratch (the
-    result is the same, bit for bit), and so is a finished one whose screens `watch` no longer
-    finds in its results folder; any other non-empty directory is refused."""
+    result is the same, bit for bit), and so is a finished one whose screens (from its own watched
+    run) `watch` no longer finds in its results folder; any other non-empty directory is refused."""
     wanted = organism.to_dict()
     meta = out / ORGANISM_FILE
     if out.is_dir() and any(out.iterdir()):
@@ -179,11 +106,10 @@ def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None) -> b
             existing = None
         if existing is None or existing.get("organism") != wanted:
             raise HeadtraceError(
-                f"'{out}' is not empty and holds no organism with these settings; pick another --out "
-                "or delete it"
+                f"'{out}' is not empty and holds no organism with these settings; pick another --out or delete it"
             )
         screened = [e["revision"] for e in existing.get("screened") or []]
-        if existing.get("complete") and (watch is None or watch.has_screened(screened)):
+        if existing.get("complete") and (watch is None or watch.has_screened(screened, existing.get("run_id"))):
             return True
         for child in out.iterdir():
             if child.is_dir():
@@ -194,9 +120,8 @@ def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None) -> b
     return False
 
 
-def _save(model, tokenizer, out: Path, step: int, tokens: int, listed: list[dict], meta: dict) -> None:
+def _save(model, tokenizer, out: Path, name: str, step: int, tokens: int, listed: list[dict], meta: dict) -> None:
     """One checkpoint, atomically: write a hidden folder, rename it, then update the listings."""
-    name = revision_name(step)
 
     def write(folder: Path) -> None:
         model.save_pretrained(folder, safe_serialization=True)
@@ -208,24 +133,42 @@ def _save(model, tokenizer, out: Path, step: int, tokens: int, listed: list[dict
     write_json_atomic(meta, out / ORGANISM_FILE)
 
 
-def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallback | None = None,
-          watch: "Watcher | None" = None, save: str | None = None) -> TrainResult:
+def train(
+    out: str | Path,
+    organism: Organism = Organism(),
+    on_step: StepCallback | None = None,
+    watch: "Watcher | None" = None,
+    save: str | None = None,
+) -> TrainResult:
     """Train `organism` into `out`; `on_step` is called after every optimiser step.
 
     With `watch`, the checkpoint steps (and any the watcher schedules) are screened into the
-    watcher's results folder as training goes. `save`: "all" checkpoints, or the "final" one
+    watcher's results folder as training goes; training from scratch, the watcher replaces an
+    earlier run's screens of its model (`Watcher.start(overwrite=True)`), and it is closed at the
+    end, so that a panel can run on its folder. `save`: "all" checkpoints, or the "final" one
     (default: "final" with a watcher, else "all")."""
+    try:
+        return _train(Path(out), organism, on_step, watch, save)
+    finally:
+        if watch is not None:
+            watch.close()
+
+
+def _train(
+    out: Path, organism: Organism, on_step: StepCallback | None, watch: "Watcher | None", save: str | None
+) -> TrainResult:
     organism.validate()
     save = save or ("final" if watch is not None else "all")
     if save not in ("all", "final"):
         raise HeadtraceError(f"save must be 'all' or 'final' (got {save!r})")
-    out = Path(out)
     result = TrainResult(out=out)
     if _prepare(out, organism, watch):
         result.checkpoints = json.loads((out / REVISIONS_FILE).read_text())
         result.screened = json.loads((out / ORGANISM_FILE).read_text()).get("screened") or []
         result.reused = True
         return result
+    if watch is not None:
+        watch.start(overwrite=True)  # trained from scratch: an earlier run's screens of this model go
     config, corpus = organism.train, organism.corpus
     torch.manual_seed(config.seed)
     model = build_model(organism.recipe, corpus.vocab_size, context=2 * corpus.seq_len)
@@ -233,8 +176,11 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
     tokenizer = build_tokenizer(corpus.vocab_size)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr,
+        betas=(0.9, 0.95),
+    )
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config))
     saves = set(config.checkpoint_steps())
     loss_drop = LossDropSaves(config.checkpoint_loss_drop)
@@ -242,6 +188,7 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
     if watch is not None:
         watch.prepare(model)  # a setting that does not fit fails now, not after minutes of training
         meta["screened"] = result.screened = watch.screened
+        meta["run_id"] = watch.run_id
     started = time.perf_counter()
     for step in range(1, config.steps + 1):
         ids = torch.from_numpy(batch(corpus, step - 1, config.batch_size))
@@ -262,7 +209,7 @@ def train(out: str | Path, organism: Organism = Organism(), on_step: StepCallbac
         if checkpoint and (save == "all" or step == config.steps):
             meta["complete"] = step == config.steps
             model.eval()
-            _save(model, tokenizer, out, step, tokens, result.checkpoints, meta)
+            _save(model, tokenizer, out, revision_name(step, config.steps), step, tokens, result.checkpoints, meta)
             model.train()
         if on_step is not None:
             on_step(step, config.steps, result.losses[-1])

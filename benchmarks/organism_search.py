@@ -1,0 +1,594 @@
+"""The search for the demo's organism recipe: train candidate recipes (shape, corpus, optimiser),
+screen them as they train with the demo's probe, ablate the final induction circuit against
+matched-random heads, and print what each run shows against the demo's targets.
+
+    python benchmarks/organism_search.py run CANDIDATE --seed 0 --threads 1 --out /tmp/search
+    python benchmarks/organism_search.py table --out /tmp/search [--markdown FILE]
+
+`run` writes OUT/CANDIDATE-s{seed}-t{threads}.json (the per-revision trajectory and the final
+figures); `table` prints one row per run found in OUT. Candidates are defined in CANDIDATES below;
+each is a set of overrides of a base recipe, so the table records what each change did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+BOS, EOS, UNK = 0, 1, 2
+N_SPECIALS = 3
+
+
+# --------------------------------------------------------------------------------------------
+# Candidates.
+
+
+@dataclass(frozen=True)
+class Candidate:
+    # shape
+    n_layers: int = 6
+    n_heads: int = 6
+    d_model: int = 192
+    d_mlp: int = 384
+    rotary_pct: float = 1.0
+    # corpus
+    corpus: str = "text"  # text | grammar | zipf (the tiny recipe's background) | classes
+    vocab_size: int = 512
+    zipf_exponent: float = 0.5
+    seq_len: int = 128  # BOS + 127
+    copy_share: float = 0.10  # share of positions inside copied spans (in a sequence with copies)
+    copy_sequences: float = 1.0  # share of sequences with copies
+    noise_copies: bool = False  # a copied span's source is first refilled with Zipf draws (no grammar predicts it)
+    span_min: int = 6
+    span_max: int = 16
+    # grammar corpus
+    n_topics: int = 16
+    topic_size: int = 48
+    order: int = 2  # the grammar's Markov order (2: next depends on the last two tokens)
+    n_classes: int | None = None  # order 2 only: the earlier token enters by its class (id % n_classes)
+    grammar_share: float = 0.5  # share of positions drawn from the grammar (else from the topic or Zipf)
+    topics: bool = True  # grammar: the non-grammar positions come from a per-sequence topic (else Zipf)
+    # optimiser
+    steps: int = 2000
+    batch_size: int = 16
+    lr: float = 3e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    init_std: float | None = None
+
+
+T64 = {"seq_len": 64, "vocab_size": 256, "steps": 3000}
+CANDIDATES: dict[str, dict] = {
+    "text-6x6": {},
+    "g2-d96": {
+        **T64,
+        "corpus": "grammar",
+        "n_classes": 4,
+        "copy_share": 0.15,
+        "n_heads": 6,
+        "d_model": 96,
+        "span_min": 8,
+        "span_max": 16,
+    },
+    "uni1024-d96-c10": {
+        **T64,
+        "corpus": "zipf",
+        "zipf_exponent": 0.0,
+        "vocab_size": 1024,
+        "copy_share": 0.10,
+        "d_model": 96,
+        "span_min": 8,
+        "span_max": 16,
+    },
+    "rep-d96": {
+        **T64,
+        "corpus": "zipf",
+        "copy_sequences": 0.25,
+        "copy_share": 0.4,
+        "d_model": 96,
+        "span_min": 8,
+        "span_max": 30,
+    },
+    "toy-6x6": {**T64, "corpus": "zipf", "copy_share": 0.44, "span_min": 8, "span_max": 30},
+    "zipf-6x6-c20": {**T64, "corpus": "zipf", "copy_share": 0.20, "span_min": 8, "span_max": 30},
+    "tri-c10": {
+        **T64,
+        "corpus": "grammar",
+        "n_classes": 4,
+        "topics": False,
+        "grammar_share": 0.8,
+        "noise_copies": True,
+        "copy_share": 0.10,
+        "span_min": 8,
+        "span_max": 16,
+    },
+    "toy-3x4-b16": {
+        **T64,
+        "corpus": "zipf",
+        "copy_share": 0.44,
+        "span_min": 8,
+        "span_max": 30,
+        "n_layers": 3,
+        "n_heads": 4,
+        "d_model": 128,
+        "d_mlp": 256,
+        "weight_decay": 0.01,
+        "warmup_steps": 50,
+    },
+    "toy-3x4": {
+        **T64,
+        "corpus": "zipf",
+        "copy_share": 0.44,
+        "span_min": 8,
+        "span_max": 30,
+        "n_layers": 3,
+        "n_heads": 4,
+        "d_model": 128,
+        "d_mlp": 256,
+        "weight_decay": 0.01,
+        "warmup_steps": 50,
+        "batch_size": 32,
+        "steps": 2000,
+    },
+    "tri-c10-b32": {
+        **T64,
+        "corpus": "grammar",
+        "n_classes": 4,
+        "topics": False,
+        "grammar_share": 0.8,
+        "noise_copies": True,
+        "copy_share": 0.10,
+        "span_min": 8,
+        "span_max": 16,
+        "batch_size": 32,
+    },
+    "cls-c10-b32": {
+        **T64,
+        "corpus": "classes",
+        "n_classes": 4,
+        "grammar_share": 0.8,
+        "copy_share": 0.10,
+        "span_min": 8,
+        "span_max": 16,
+        "batch_size": 32,
+    },
+    "zipf-d96-c15": {**T64, "corpus": "zipf", "copy_share": 0.15, "d_model": 96, "span_min": 8, "span_max": 16},
+    "zipf-64": {**T64, "corpus": "zipf", "span_min": 8, "span_max": 16},
+    "markov3-64": {
+        **T64,
+        "corpus": "grammar",
+        "order": 3,
+        "grammar_share": 0.7,
+        "topics": False,
+        "span_min": 8,
+        "span_max": 16,
+    },
+    "grammar-6x6": {"corpus": "grammar"},
+    "text-6x6-wd0": {"weight_decay": 0.01},
+    "text-6x6-lr1e3": {"lr": 1e-3},
+    "text-6x8-h16": {"n_heads": 8, "d_model": 128, "d_mlp": 256},
+    "text-6x6-v1024": {"vocab_size": 1024},
+    "text-6x6-copy20": {"copy_share": 0.2},
+    "grammar-6x6-o3": {"corpus": "grammar", "order": 3},
+}
+
+
+def candidate(name: str) -> Candidate:
+    return Candidate(**CANDIDATES[name])
+
+
+# --------------------------------------------------------------------------------------------
+# Corpora: a batch is a pure function of (seed, step).
+
+
+def text_tokens(vocab_size: int) -> tuple[np.ndarray, object]:
+    """The Python reference manual's topics (pydoc_data.topics), BPE-tokenised, documents joined by EOS."""
+    import pydoc_data.topics
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    texts = [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<bos>", "<eos>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    stream = []
+    for text in texts:
+        stream += tokenizer.encode(text).ids + [EOS]
+    return np.array(stream, dtype=np.int64), tokenizer
+
+
+class Grammar:
+    """A synthetic language: per-sequence topic (a bag of content words, so broad attention pays),
+    and a fixed global Markov chain of order `order` over the vocabulary (local attention pays)."""
+
+    def __init__(self, c: Candidate, seed: int = 1234):
+        rng = np.random.default_rng(seed)
+        v = c.vocab_size - N_SPECIALS
+        self.topics = np.stack([rng.choice(v, c.topic_size, replace=False) for _ in range(c.n_topics)]) + N_SPECIALS
+        # successor of a context: a hash of the last `order` tokens -> one of 4 successors with fixed weights
+        self.table = rng.integers(N_SPECIALS, c.vocab_size, size=(max(4096, (c.n_classes or 0) * c.vocab_size), 4))
+        self.weights = np.array([0.55, 0.25, 0.12, 0.08])
+        self.mult = rng.integers(1, 2**31 - 1, size=c.order)
+        self.c = c
+
+    def sequence(self, rng: np.random.Generator, length: int) -> np.ndarray:
+        c = self.c
+        if c.topics:
+            topic = self.topics[rng.integers(c.n_topics)]
+            topic_draws = rng.choice(topic, length)
+        else:
+            topic_draws = zipf(rng, c, length)
+        seq = np.empty(length, dtype=np.int64)
+        seq[: c.order] = topic_draws[: c.order]
+        from_grammar = rng.random(length) < c.grammar_share
+        choices = rng.choice(4, size=length, p=self.weights)
+        for i in range(c.order, length):
+            if from_grammar[i] and c.n_classes:
+                seq[i] = self.table[(int(seq[i - 2]) % c.n_classes) * c.vocab_size + int(seq[i - 1]), choices[i]]
+            elif from_grammar[i]:
+                key = int((seq[i - c.order : i] * self.mult).sum() % 4096)
+                seq[i] = self.table[key, choices[i]]
+            else:
+                seq[i] = topic_draws[i]
+        return seq
+
+
+def zipf(rng: np.random.Generator, c: Candidate, size) -> np.ndarray:
+    ranks = np.arange(1, c.vocab_size - N_SPECIALS + 1, dtype=np.float64)
+    weights = ranks**-c.zipf_exponent
+    return rng.choice(c.vocab_size - N_SPECIALS, size=size, p=weights / weights.sum()) + N_SPECIALS
+
+
+def copy_spans(seq: np.ndarray, rng: np.random.Generator, c: Candidate) -> None:
+    """Copy spans of the sequence further on until about `copy_share` of its positions are copies."""
+    expected = c.copy_share * len(seq) / ((c.span_min + c.span_max) / 2)  # spans per sequence, on average
+    n_spans = int(expected) + int(rng.random() < expected - int(expected))
+    for _ in range(n_spans):
+        length = int(rng.integers(c.span_min, c.span_max + 1))
+        source = int(rng.integers(0, len(seq) - 2 * length + 1))
+        dest = int(rng.integers(source + length, len(seq) - length + 1))
+        if c.noise_copies:
+            seq[source : source + length] = zipf(rng, c, length)
+        seq[dest : dest + length] = seq[source : source + length]
+
+
+class ClassGrammar:
+    """Tokens never repeat in a sequence except where copied (a recurring token is always a copy cue);
+    a token's class (id % n_classes) follows a fixed class trigram, so the previous token's class
+    matters at every position (layer 0 has a job everywhere)."""
+
+    def __init__(self, c: Candidate, seed: int = 1234):
+        rng = np.random.default_rng(seed)
+        self.k = c.n_classes or 4
+        self.table = rng.integers(0, self.k, size=(self.k, self.k))
+        ids = np.arange(N_SPECIALS, c.vocab_size)
+        self.members = [ids[ids % self.k == k] for k in range(self.k)]
+        self.c = c
+
+    def sequence(self, rng: np.random.Generator, length: int) -> np.ndarray:
+        pools = [list(rng.permutation(m)) for m in self.members]
+        seq = np.empty(length, dtype=np.int64)
+        classes = np.empty(length, dtype=np.int64)
+        classes[:2] = rng.integers(0, self.k, 2)
+        follow = rng.random(length) < self.c.grammar_share
+        random_class = rng.integers(0, self.k, length)
+        for i in range(length):
+            if i >= 2:
+                classes[i] = self.table[classes[i - 2], classes[i - 1]] if follow[i] else random_class[i]
+            if not pools[classes[i]]:
+                classes[i] = max(range(self.k), key=lambda k: len(pools[k]))
+            seq[i] = pools[classes[i]].pop()
+        return seq
+
+
+class Corpus:
+    def __init__(self, c: Candidate, seed: int):
+        self.c, self.seed = c, seed
+        self.tokenizer = None
+        if c.corpus == "text":
+            self.stream, self.tokenizer = text_tokens(c.vocab_size)
+        elif c.corpus == "grammar":
+            self.grammar = Grammar(c)
+        elif c.corpus == "classes":
+            self.grammar = ClassGrammar(c)
+
+    def batch(self, step: int) -> np.ndarray:
+        c = self.c
+        rng = np.random.default_rng([self.seed, step])
+        body = c.seq_len - 1
+        rows = []
+        for _ in range(c.batch_size):
+            if c.corpus == "text":
+                start = int(rng.integers(0, len(self.stream) - body))
+                seq = self.stream[start : start + body].copy()
+            elif c.corpus in ("grammar", "classes"):
+                seq = self.grammar.sequence(rng, body)
+            else:
+                seq = zipf(rng, c, body)
+            if rng.random() < c.copy_sequences:
+                copy_spans(seq, rng, c)
+            rows.append(np.concatenate([[BOS], seq]))
+        return np.stack(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# Training with screens.
+
+
+def checkpoint_steps(steps: int) -> list[int]:
+    spaced = np.unique(np.round(np.geomspace(1, steps, 16)).astype(int))
+    return sorted({*spaced.tolist(), *range(250, steps + 1, 250)})
+
+
+def screen_config(c: Candidate):
+    """The demo's probe at the corpus's length: the reference baseline where its induction ceiling
+    (108x at T = 127) is at least twice the 50x threshold, else the clean one."""
+    from headtrace.schema import ScreenConfig
+
+    baseline = "reference" if c.seq_len - 1 >= 127 else "clean"
+    return ScreenConfig.of(
+        n_examples=256,
+        seq_len=c.seq_len - 1,
+        id_low=N_SPECIALS,
+        id_high=c.vocab_size,
+        prepend_bos=True,
+        batch_size=64,
+        baseline=baseline,
+    )
+
+
+def summarise(heads, n_layers: int) -> dict:
+    sinks = heads[heads.sink]
+    return {
+        "induction": heads.loc[heads.induction_circuit, "head_id"].tolist(),
+        "best_induction": float(heads.sel_induction.max()),
+        "sinks_per_layer": [int((sinks.layer == l).sum()) for l in range(n_layers)],
+        "sinks": int(heads.sink.sum()),
+        "gu_sinks": int(heads.gu_sink.sum()),
+        "sinks_also_gu": int((heads.sink & heads.gu_sink).sum()),
+        "previous": int(heads.previous_any.sum()),
+    }
+
+
+def run(name: str, seed: int, threads: int, out: Path) -> dict:
+    import torch
+
+    from headtrace.ablation import ablate
+    from headtrace.models import ModelAdapter
+    from headtrace.organism.recipes import Recipe, build_model
+    from headtrace.probes import build_probe
+    from headtrace.schema import AblationConfig
+    from headtrace.screen import screen
+    from headtrace.watch import _BosOnly, training_state_kept
+
+    c = candidate(name)
+    torch.set_num_threads(threads)
+    corpus = Corpus(c, seed)
+    torch.manual_seed(seed)
+    recipe = Recipe(
+        n_layers=c.n_layers,
+        n_heads=c.n_heads,
+        d_model=c.d_model,
+        d_mlp=c.d_mlp,
+        rotary_pct=c.rotary_pct,
+        init_std=c.init_std,
+    )
+    model = build_model(recipe, c.vocab_size, context=2 * c.seq_len)
+    model.train()
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": c.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=c.lr,
+        betas=(0.9, 0.95),
+    )
+
+    def lr_factor(step: int) -> float:
+        if step < c.warmup_steps:
+            return (step + 1) / c.warmup_steps
+        progress = (step - c.warmup_steps) / max(c.steps - c.warmup_steps, 1)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+    config = screen_config(c)
+    probe = build_probe(config.probe, lambda: _BosOnly(BOS))
+    saves = set(checkpoint_steps(c.steps))
+    trajectory, losses = [], []
+    started = time.perf_counter()
+    screen_s = 0.0
+    for step in range(1, c.steps + 1):
+        ids = torch.from_numpy(corpus.batch(step - 1))
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if step in saves:
+            t0 = time.perf_counter()
+            with training_state_kept(model):
+                result = screen(
+                    ModelAdapter(model), probe, config, name, f"step{step:06d}", step * c.batch_size * c.seq_len
+                )
+            screen_s += time.perf_counter() - t0
+            heads = result.heads
+            row = {
+                "step": step,
+                "tokens": step * c.batch_size * c.seq_len,
+                "loss": float(np.mean(losses[-20:])),
+                "top1": float(result.run.top1.iloc[0]),
+                **summarise(heads, c.n_layers),
+            }
+            trajectory.append(row)
+            write_summary(out, name, seed, threads, started, screen_s, trajectory, heads, None, complete=False)
+            print(
+                f"{name} s{seed} step {step}: loss {row['loss']:.3f} top1 {row['top1']:.2f} ind {row['induction']} "
+                f"best {row['best_induction']:.1f} sinks/layer {row['sinks_per_layer']} gu {row['gu_sinks']} "
+                f"prev {row['previous']}",
+                flush=True,
+            )
+    train_s = time.perf_counter() - started
+    final_heads = heads
+    circuit = tuple(
+        (int(l), int(h)) for l, h in final_heads.loc[final_heads.induction_circuit, ["layer", "head"]].to_numpy()
+    )
+    ablation = None
+    if circuit:
+        t0 = time.perf_counter()
+        with training_state_kept(model):
+            table = ablate(ModelAdapter(model), probe, circuit, AblationConfig(draws=20, singles=False), config).table
+        rand = table[table.condition == "random"]
+        ablation = {
+            "verdict": str(table.verdict.iloc[0]),
+            "decided_by": str(table.decided_by.iloc[0]),
+            "differential": float(table.differential.iloc[0]),
+            "low": float(table.differential_low.iloc[0]),
+            "high": float(table.differential_high.iloc[0]),
+            "shortfall": int(rand.shortfall.max()),
+            "clean_top1": float(table.loc[table.condition == "clean", "top1"].iloc[0]),
+            "circuit_top1": float(table.loc[table.condition == "circuit", "top1"].iloc[0]),
+            "random_top1": float(rand.top1.mean()),
+            "wall_s": time.perf_counter() - t0,
+        }
+    return write_summary(
+        out, name, seed, threads, started, screen_s, trajectory, final_heads, ablation, complete=True, train_s=train_s
+    )
+
+
+def write_summary(
+    out: Path,
+    name: str,
+    seed: int,
+    threads: int,
+    started: float,
+    screen_s: float,
+    trajectory: list[dict],
+    heads,
+    ablation: dict | None,
+    complete: bool,
+    train_s: float | None = None,
+) -> dict:
+    """OUT/NAME-s{seed}-t{threads}.json, rewritten after every screen (a stopped run keeps its trajectory)."""
+    final = heads[
+        [
+            "head_id",
+            "layer",
+            "sel_first",
+            "mean_first",
+            "sink_score",
+            "sink",
+            "gu_sink",
+            "sel_induction",
+            "sel_previous",
+            "best_class",
+        ]
+    ].to_dict(orient="records")
+    summary = {
+        "candidate": name,
+        "overrides": CANDIDATES[name],
+        "seed": seed,
+        "threads": threads,
+        "complete": complete,
+        "train_s": train_s if train_s is not None else time.perf_counter() - started,
+        "screen_s": screen_s,
+        "trajectory": trajectory,
+        "final_heads": final,
+        "ablation": ablation,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}-s{seed}-t{threads}.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+# --------------------------------------------------------------------------------------------
+# What a run shows against the demo's targets.
+
+
+def first_step(trajectory: list[dict], condition) -> int | None:
+    return next((r["tokens"] for r in trajectory if condition(r)), None)
+
+
+def figures(s: dict) -> dict:
+    c = candidate(s["candidate"]) if s["candidate"] in CANDIDATES else Candidate(**s["overrides"])
+    n_heads = c.n_layers * c.n_heads
+    traj = s["trajectory"]
+    last = traj[-1]
+    per_layer: dict[int, int] = {}
+    for head in last["induction"]:
+        layer = int(head[1:].split("H")[0])
+        per_layer[layer] = per_layer.get(layer, 0) + 1
+    occupancy = max((n / c.n_heads for n in per_layer.values()), default=0.0)
+    ind3 = first_step(traj, lambda r: len(r["induction"]) >= 3)
+    sink50 = first_step(traj, lambda r: r["sinks"] >= 0.5 * n_heads)
+    sink10 = first_step(traj, lambda r: r["sinks"] >= 0.1 * n_heads)
+    floor = sum(sum(r["sinks_per_layer"][:2]) for r in traj)
+    a = s["ablation"] or {}
+    return {
+        "run": f"{s['candidate']} s{s['seed']} t{s['threads']}"
+        + ("" if s.get("complete", True) else f" (stopped at step {last['step']})"),
+        "circuit": f"{len(last['induction'])} ({','.join(last['induction'][:6])})",
+        "best induction (max over run)": f"{max(r['best_induction'] for r in traj):.0f}x",
+        "max share of a layer": f"{occupancy:.2f}",
+        "verdict": f"{a.get('verdict', '-')} [{a.get('low', float('nan')):+.2f}, {a.get('high', float('nan')):+.2f}] "
+        f"short {a.get('shortfall', '-')}",
+        "top1 clean/circ/rand": f"{a.get('clean_top1', last['top1']):.2f}/{a.get('circuit_top1', float('nan')):.2f}/"
+        f"{a.get('random_top1', float('nan')):.2f}",
+        "sinks final": f"{last['sinks']}/{n_heads} ({last['sinks'] / n_heads:.0%})",
+        "sinks also Gu": "-" if last["sinks_also_gu"] is None else f"{last['sinks_also_gu']}/{last['sinks']}",
+        "sinks in L0-1 (head-revs)": str(floor),
+        "ind>=3 / sink10 / sink50 (Mtok)": "/".join(
+            "-" if t is None else f"{t / 1e6:.2f}" for t in (ind3, sink10, sink50)
+        ),
+        "F3 ratio": "-" if not (ind3 and sink50) else f"{sink50 / ind3:.1f}",
+        "loss final": f"{last['loss']:.2f}",
+        "train s": "-" if s.get("train_s") is None or s["train_s"] != s["train_s"] else f"{s['train_s']:.0f}",
+    }
+
+
+def table(out: Path, markdown: Path | None) -> None:
+    rows = [figures(json.loads(p.read_text())) for p in sorted(out.glob("*.json"))]
+    if not rows:
+        sys.exit(f"no runs in {out}")
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(r[k] for k in columns) + " |" for r in rows]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if markdown:
+        markdown.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("candidate", choices=sorted(CANDIDATES))
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--out", type=Path, default=Path("organism-search"))
+    t = sub.add_parser("table")
+    t.add_argument("--out", type=Path, default=Path("organism-search"))
+    t.add_argument("--markdown", type=Path, default=None)
+    args = parser.parse_args()
+    if args.command == "run":
+        run(args.candidate, args.seed, args.threads, args.out)
+    else:
+        table(args.out, args.markdown)
+
+
+if __name__ == "__main__":
+    main()

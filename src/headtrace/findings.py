@@ -1,0 +1,60 @@
+"""The findings of a results folder, as `headtrace findings` writes them and the report draws them:
+per model (trajectory.findings, with the expectations kept in DIR/expect.json), then per seed
+family across its seeds (family_findings.with_family_rows, with the gaps DIR/manifest.json records).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from headtrace.families import Gap, read_gaps
+from headtrace.family_findings import family_markdown, model_rows, with_family_rows
+from headtrace.store import ResultsDir, write_parquet_atomic, write_text_atomic, writing_results
+from headtrace.trajectory import (
+    Expectations,
+    TrajectoryConfig,
+    check_expectations,
+    findings,
+    findings_markdown,
+    milestones,
+    read_expectations,
+    revision_table,
+)
+
+
+def findings_table(
+    results_dir: str | Path,
+    heads: pd.DataFrame,
+    runs: pd.DataFrame,
+    config: TrajectoryConfig = TrajectoryConfig(),
+    gaps: Sequence[Gap] | None = None,
+) -> pd.DataFrame:
+    """The findings of (heads, runs), read from `results_dir`: one row per model and finding, then
+    each family's rows across seeds (`gaps`: what members lack, default the manifest's)."""
+    gaps = read_gaps(results_dir) if gaps is None else gaps
+    return with_family_rows(findings(heads, runs, config, read_expectations(results_dir)), heads, runs, config, gaps)
+
+
+def write_findings(
+    results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig(), expect: Expectations | None = None
+) -> pd.DataFrame:
+    """Compute the findings of a results directory; write DIR/findings.parquet and DIR/findings.md.
+
+    `expect` (a panel's per-model expectations) is stored in DIR/expect.json and used by later calls
+    and the report; without it, the stored expectations apply."""
+    config.validate()
+    out = ResultsDir(results_dir)
+    heads, runs = out.read()
+    with writing_results(out.root):
+        if expect is not None:
+            check_expectations(expect)
+            write_text_atomic(json.dumps(expect, indent=1, sort_keys=True), out.expect)
+        table = findings_table(out.root, heads, runs, config)
+        stones = milestones(revision_table(heads, runs, config), config)
+        write_parquet_atomic(table, out.findings)
+        write_text_atomic(findings_markdown(model_rows(table), stones) + family_markdown(table), out.findings_md)
+    return table

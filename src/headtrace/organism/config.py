@@ -1,0 +1,95 @@
+"""What determines a trained organism, and the layout of its checkpoint folder. Torch-free: panel
+files, the watcher and the checkpoint sources read these without loading the trainer.
+
+    OUT/step000001/ ... OUT/step000600/   one Hugging Face checkpoint per saved step (`revision_name`)
+    OUT/revisions.json                    [{"revision": "step000128", "step": 128, "tokens": ...}]
+    OUT/organism.json                     recipe, corpus, training settings, seed
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from headtrace.errors import HeadtraceError
+from headtrace.organism.corpus import CorpusConfig
+from headtrace.organism.recipes import Recipe
+
+ORGANISM_FILE = "organism.json"
+REVISIONS_FILE = "revisions.json"  # a folder of checkpoints with this listing is a LocalSource (sources.py)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How the organism is trained."""
+
+    steps: int = 2000
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    n_checkpoints: int = 12  # log-spaced over the run
+    checkpoint_every: int | None = 250  # also save every K steps (the plateau after the transition)
+    # Also save whenever the smoothed training loss fell this much since the last save: checkpoints
+    # gather where the model changes (the induction transition), wherever a seed puts it.
+    checkpoint_loss_drop: float | None = 0.1
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.steps < 1:
+            raise HeadtraceError(f"steps must be >= 1 (got {self.steps})")
+        if self.batch_size < 1 or self.n_checkpoints < 1 or self.lr <= 0:
+            raise HeadtraceError("batch_size, n_checkpoints and lr must be positive")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise HeadtraceError(f"checkpoint_every must be >= 1 (got {self.checkpoint_every})")
+        if self.checkpoint_loss_drop is not None and self.checkpoint_loss_drop <= 0:
+            raise HeadtraceError(f"checkpoint_loss_drop must be > 0 (got {self.checkpoint_loss_drop})")
+
+    def checkpoint_steps(self) -> list[int]:
+        """The steps saved on schedule: `n_checkpoints` log-spaced ones, plus every `checkpoint_every`
+        steps (saves on a loss drop come on top, see `LossDropSaves`)."""
+        every = range(self.checkpoint_every, self.steps + 1, self.checkpoint_every) if self.checkpoint_every else ()
+        return sorted({*checkpoint_steps(self.steps, self.n_checkpoints), *every})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Organism:
+    """Everything that determines a trained organism (written to organism.json)."""
+
+    recipe: Recipe = Recipe()
+    corpus: CorpusConfig = CorpusConfig()
+    train: TrainConfig = TrainConfig()
+
+    def to_dict(self) -> dict:
+        return {
+            "recipe": self.recipe.to_dict(),
+            "corpus": self.corpus.to_dict(),
+            "train": self.train.to_dict(),
+            "seed": self.train.seed,
+        }
+
+    def validate(self) -> None:
+        self.recipe.validate()
+        self.corpus.validate()
+        self.train.validate()
+
+
+def checkpoint_steps(steps: int, n: int) -> list[int]:
+    """About n log-spaced steps in [1, steps], always including 1 and the last."""
+    if n <= 1:
+        return [steps]
+    spaced = np.unique(np.round(np.geomspace(1, steps, n)).astype(int))
+    return sorted({1, steps, *spaced.tolist()})
+
+
+def revision_name(step: int, total_steps: int | None = None) -> str:
+    """`step000128`: a checkpoint's name, six digits or as many as the run's last step needs, so that
+    names sort in training order (the organism trainer and the watcher name their revisions alike)."""
+    width = max(6, len(str(total_steps or 0)))
+    return f"step{step:0{width}d}"
