@@ -9,14 +9,22 @@ two models can run these side by side in two threads. One model serves one block
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import torch
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-if TYPE_CHECKING:
-    from headtrace.models import ModelAdapter
+
+class ModelAdapter(Protocol):
+    """What these hooks read of a `models.ModelAdapter`. hooks sits below models, which checks a
+    discovered layout with them (docs/architecture.md), so it names the adapter by its parts."""
+
+    model: torch.nn.Module
+    layout: object  # models.HeadLayout: n_heads, head_dim
+    out_proj: Sequence[torch.nn.Module]
+    mlp: Sequence[torch.nn.Module] | None
+    trim_last_layer: bool
 
 
 @contextlib.contextmanager

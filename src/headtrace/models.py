@@ -400,7 +400,7 @@ def check_discovered_layout(adapter: ModelAdapter) -> None:
     transformers' attention functions, else `weights` when every attention module returns its
     attention weights, else `eager` when it does so under eager attention. Whether the last layer
     may run at the query only (hooks.last_layer_at_query_only) is checked the same way."""
-    from headtrace.hooks import (
+    from headtrace.hooks import (  # hooks loads transformers: loaded with a model, not with this module
         attention_function,
         forward_hooks,
         forward_pre_hooks,
