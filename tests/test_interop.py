@@ -123,14 +123,15 @@ def test_the_watcher_takes_transformer_lens_and_nnsight_models(tmp_path, tokeniz
     from nnsight import LanguageModel
 
     hooked, _ = hooked_transformer("gpt_neox", tmp_path / "tiny")
-    watcher = Watcher(tmp_path / "out", "hooked", CONFIG, revisions=None)
-    watcher.prepare(hooked)
-    result = watcher.screen(hooked, step=3)
+    with Watcher(tmp_path / "out", "hooked", CONFIG, revisions=None) as watcher:  # the folder's lock until closed
+        watcher.prepare(hooked)
+        result = watcher.screen(hooked, step=3)
     assert_same_screen(result, screen_model(hooked, CONFIG, name="hooked"), rtol=1e-12)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         wrapped = LanguageModel(tiny_model("llama"), tokenizer=tokenizer)
-    Watcher(tmp_path / "out", "wrapped", CONFIG, revisions=None).screen(wrapped, step=3)
+    with Watcher(tmp_path / "out", "wrapped", CONFIG, revisions=None) as watcher:
+        watcher.screen(wrapped, step=3)
     _, runs = read_results(tmp_path / "out")
     assert sorted(runs.model) == ["hooked", "wrapped"] and set(runs.revision) == {"step000003"}
     assert hooked.training is False
