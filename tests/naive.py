@@ -58,6 +58,8 @@ def naive_screen(model, probe: Probe) -> dict[str, np.ndarray]:
     res["baseline"] = np.stack(
         [rows[:, i][:, :, probe.baseline[i][probe.baseline[i] >= 0]].mean(axis=-1) for i in range(n)], axis=1
     ).mean(axis=1)
+    # Learned sinks (gpt-oss): what the query row's attention to the keys leaves to the sink.
+    res["learned_sink_mass"] = 1.0 - rows.sum(axis=-1).mean(axis=1)
     # Gu et al.: attention to key 0, averaged over query rows 0..q.
     res["sink_score"] = np.stack(
         [patterns[:, i, :, : probe.query[i] + 1, 0].mean(axis=-1) for i in range(n)], axis=1
@@ -87,3 +89,31 @@ def naive_screen(model, probe: Probe) -> dict[str, np.ndarray]:
     res["mean_logit_answer"] = float(answer_logit.mean())
     res["outputs"] = outputs
     return res
+
+
+def reference_stats(model, probe: Probe, hooks=()) -> np.ndarray:
+    """Per-example capability [n, 4] (hooks.CapabilityAccumulator's columns) from the plain
+    transformers forward (full logits), with optional forward hooks [(module, hook)]."""
+    from headtrace.hooks import CapabilityAccumulator
+
+    handles = [module.register_forward_hook(fn) for module, fn in hooks]
+    try:
+        with torch.inference_mode():
+            logits = model(torch.as_tensor(probe.input_ids)).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    rows = logits[torch.arange(probe.n), torch.as_tensor(probe.query)]
+    return CapabilityAccumulator.per_example(rows, torch.as_tensor(probe.answer)).numpy()
+
+
+def without_heads(proj, heads: list[int], head_dim: int):
+    """A forward hook on an output projection that takes the given heads' contributions out of its
+    output: the projection of their per-head outputs, subtracted (the same as zeroing them)."""
+
+    def hook(_module, args, output):
+        weight = proj.weight.T if isinstance(proj, torch.nn.Linear) else proj.weight  # Conv1D stores [in, out]
+        cols = torch.cat([torch.arange(h * head_dim, (h + 1) * head_dim) for h in heads])
+        return output - args[0][..., cols] @ weight[cols]
+
+    return hook

@@ -23,13 +23,13 @@ from headtrace.ablation import (
 )
 from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter
-from headtrace.hooks import CapabilityAccumulator
 from headtrace.schema import check_heads_exist, parse_circuit
 from headtrace.screen import ScreenConfig, screen
 from headtrace.probes import build_probe
 from headtrace.store import ResultsDir
 from induction_model import ID_LOW, INDUCTION_HEAD, PREVIOUS_HEAD, SEQ_LEN, VOCAB, induction_model
 from models_zoo import tiny_model
+from naive import reference_stats
 from report_panels import ablation_rows
 
 SMALL = ScreenConfig.of(n_examples=12, seq_len=48, batch_size=4)
@@ -39,19 +39,6 @@ ARCHS = ["gpt2", "gpt_neox", "llama", "olmoe"]
 @pytest.fixture(scope="module")
 def small_probe():
     return build_probe(SMALL.probe, lambda: None)
-
-
-def reference_stats(model, probe, hooks=()) -> np.ndarray:
-    """Per-example metrics from the plain transformers forward (full logits), with optional forward hooks."""
-    handles = [module.register_forward_hook(fn) for module, fn in hooks]
-    try:
-        with torch.inference_mode():
-            logits = model(torch.as_tensor(probe.input_ids)).logits
-    finally:
-        for handle in handles:
-            handle.remove()
-    rows = logits[torch.arange(probe.n), torch.as_tensor(probe.query)]
-    return CapabilityAccumulator.per_example(rows, torch.as_tensor(probe.answer)).numpy()
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import sys
 import pandas as pd
 import pytest
 
-from transformers import BloomConfig, BloomForCausalLM
+from transformers import MambaConfig, MambaForCausalLM
 
 from models_zoo import tiny_model
 
@@ -32,9 +32,10 @@ def checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def bloom(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ckpt") / "tiny-bloom"
-    BloomForCausalLM(BloomConfig(vocab_size=100, hidden_size=32, n_layer=1, n_head=4)).save_pretrained(path)
+def mamba(tmp_path_factory):
+    """A causal LM without attention (a state-space model): nothing for headtrace to screen."""
+    path = tmp_path_factory.mktemp("ckpt") / "tiny-mamba"
+    MambaForCausalLM(MambaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2)).save_pretrained(path)
     return path
 
 
@@ -54,7 +55,7 @@ def test_screen_writes_tables(checkpoint, tmp_path):
     [
         (["screen", "/no/such/dir"], "does not exist"),
         (["screen", "nobody/no-such-model"], "cannot load model 'nobody/no-such-model'"),
-        (["screen", "{bloom}", "-n", "2"], "unsupported architecture 'bloom'"),
+        (["screen", "{mamba}", "-n", "2"], "unsupported architecture 'mamba' (MambaForCausalLM): no attention module"),
         (["screen", "{ckpt}", "-n", "0"], "n-examples must be >= 1"),
         (["screen", "{ckpt}", "-b", "0"], "batch-size must be >= 1"),
         (["screen", "{ckpt}", "--seq-len", "1024", "-n", "2"], "exceeds the model's context of 512"),
@@ -63,8 +64,8 @@ def test_screen_writes_tables(checkpoint, tmp_path):
         (["screen", "{ckpt}", "--device", "cuda:0"], "no CUDA GPU"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(checkpoint, bloom, args, message, tmp_path):
-    proc = headtrace(*[a.format(ckpt=checkpoint, bloom=bloom) for a in args], "--out", tmp_path / "out")
+def test_bad_input_is_one_line_exit_2(checkpoint, mamba, args, message, tmp_path):
+    proc = headtrace(*[a.format(ckpt=checkpoint, mamba=mamba) for a in args], "--out", tmp_path / "out")
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr

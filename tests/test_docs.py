@@ -163,7 +163,16 @@ def train_step(model):
     optimizer.step()
     optimizer.zero_grad()
 """
-SETUPS = {"Trainer(model=model, args=args, train_dataset=data": TRAINER_SETUP, "watch.prepare(model)": LOOP_SETUP}
+LOADED_SETUP = """
+from models_zoo import tiny_model
+
+model = tiny_model("gpt_neox")                          # a model the reader has loaded: a tiny GPT-NeoX
+"""
+SETUPS = {
+    "Trainer(model=model, args=args, train_dataset=data": TRAINER_SETUP,
+    "watch.prepare(model)": LOOP_SETUP,
+    "screen_model(model,": LOADED_SETUP,
+}
 
 
 def substituted(block: Block) -> str:

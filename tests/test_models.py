@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from transformers import BloomConfig, BloomForCausalLM
+from transformers import MambaConfig, MambaForCausalLM
 
 from headtrace.errors import HeadtraceError
 from headtrace.models import ModelAdapter, load_model, resolve_device, resolve_dtype
@@ -11,11 +11,31 @@ from models_zoo import BUILDERS, tiny_model
 LAYOUTS = {  # (layers, heads, kv heads, head dim) of the tiny configs
     "gpt_neox": (2, 4, 4, 16),
     "olmo": (2, 4, 4, 16),
+    "olmo2": (2, 4, 4, 16),
     "olmoe": (2, 4, 4, 16),
-    "llama": (2, 4, 2, 16),
-    "mistral": (2, 4, 2, 16),
-    "qwen2": (2, 4, 2, 16),
     "gpt2": (2, 4, 4, 16),
+    "gpt_neo": (2, 4, 4, 16),
+    "bloom": (2, 4, 4, 16),
+    **{
+        arch: (2, 4, 2, 16)
+        for arch in (
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen3",
+            "qwen3_moe",
+            "olmo3",
+            "smollm3",
+            "apertus",
+            "gemma2",
+            "gemma3_text",
+            "gpt_oss",
+            "phi3",
+            "stablelm",
+            "granite",
+        )
+    },
 }
 
 
@@ -25,10 +45,15 @@ def test_layout(arch):
     assert (layout.n_layers, layout.n_heads, layout.n_kv_heads, layout.head_dim) == LAYOUTS[arch]
 
 
-def test_unsupported_architecture_names_itself():
-    model = BloomForCausalLM(BloomConfig(vocab_size=100, hidden_size=32, n_layer=1, n_head=4))
-    with pytest.raises(HeadtraceError, match="unsupported architecture 'bloom'.*register_architecture"):
+def test_a_model_without_attention_is_refused_in_one_line():
+    model = MambaForCausalLM(MambaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2))
+    with pytest.raises(
+        HeadtraceError,
+        match="unsupported architecture 'mamba' .MambaForCausalLM.: no attention module "
+        r"with an output projection in backbone.layers\[0\].*register_architecture",
+    ) as error:
         ModelAdapter(model)
+    assert "\n" not in str(error.value)
 
 
 def test_query_logits_equal_full_forward():

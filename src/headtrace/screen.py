@@ -8,17 +8,23 @@ the CPU, the fused flash kernel returns each row's log-sum-exp next to the outpu
 attention of the query row (and of every row to key 0) follows from one dot product per key.
 Elsewhere (CUDA, MPS, masked attention, or `route="widened"`), the values are widened by one
 channel per target holding the example's key weights for it, so that SDPA returns those
-attentions next to the head outputs, at the cost of a few extra value dimensions. The screen keeps
-only per-head sums: the query row for the classes, every row of the first-token channel for Gu et
-al.'s sink score. A pre-hook on
-each output projection accumulates the Gram matrix of the per-head outputs at the query for the
-participation ratio; past its attention, the last layer runs at the query rows only, and logits
-are computed there alone. The loop over micro-batches moves nothing between host and device and
-never waits on the device.
+attentions next to the head outputs, at the cost of a few extra value dimensions. Where SDPA cannot
+compute a layer's attention (logit soft-capping, learned sinks, a position bias:
+hooks.needs_scores), it is computed from its scores and read from the probabilities ("scores").
+Models whose attention does not call transformers' attention functions (BLOOM, GPT-Neo;
+models.ATTENTION_ROUTES) are read from the attention weights their modules return ("module-
+weights"), under eager attention where needed ("eager-weights"); TransformerLens models from their
+`hook_pattern` and `hook_z` hooks ("transformer-lens"). The run record names the routes that ran.
+The screen keeps only per-head sums: the query row for the classes, every row of the first-token
+channel for Gu et al.'s sink score. A pre-hook on each output projection accumulates the Gram matrix
+of the per-head outputs at the query for the participation ratio; past its attention, the last layer
+runs at the query rows only, and logits are computed there alone. The loop over micro-batches moves
+nothing between host and device and never waits on the device.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -36,11 +42,26 @@ from headtrace.hooks import (
     CapabilityAccumulator,
     accumulation_dtype,
     attention_function,
+    forward_hooks,
     head_output_hooks,
     last_layer_at_query_only,
     micro_batches,
+    needs_scores,
+    plain_attention,
+    scores_attention,
+    with_window,
 )
-from headtrace.models import ModelAdapter, load_model, load_tokenizer
+from headtrace.interop import as_adapter, native_model
+from headtrace.models import (
+    ModelAdapter,
+    attention_weights,
+    check_probe_fits,
+    config_where_model_is,
+    eager_attention,
+    evaluating,
+    load_model,
+    load_tokenizer,
+)
 from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
 from headtrace.schema import SCHEMA_VERSION  # noqa: F401 (re-exported)
 from headtrace.schema import SELECTIVITY_FLOOR, ScreenConfig, add_labels, head_id
@@ -48,8 +69,9 @@ from headtrace.sources import checkpoint_location
 from headtrace.spectral import GramAccumulator
 from headtrace.store import ResultsDir, utc_now
 
-# How the attention channels are read: "logsumexp" from the CPU flash kernel (where it serves),
-# "widened" from widened values (every device), "auto" the first where it works (module docstring).
+# How the attention channels are read where SDPA computes a layer's attention: "logsumexp" from the
+# CPU flash kernel (where it serves), "widened" from widened values (every device), "auto" the first
+# where it works (module docstring). The other routes follow from the model and the layer.
 ROUTES = ("auto", "logsumexp", "widened")
 
 
@@ -81,6 +103,8 @@ class _LayerTap:
     def __init__(self, n_heads: int, device: torch.device, acc_dtype: torch.dtype):
         self.channel_sums = torch.zeros(n_heads, len(CHANNELS), device=device, dtype=acc_dtype)
         self.first_token_sums = torch.zeros(n_heads, device=device, dtype=acc_dtype)
+        self.learned_sink_sums = torch.zeros(n_heads, device=device, dtype=acc_dtype)  # at the query row
+        self.has_learned_sink = False
 
 
 class _DeviceProbe:
@@ -141,28 +165,67 @@ class _Batch:
 class _ProbeAttention:
     """One screen's attention function: SDPA plus the per-target attention channels (module
     docstring), added to this screen's taps. Modules that are no layer's attention, and any call
-    outside a micro-batch, get plain SDPA."""
+    outside a micro-batch, get plain attention (hooks.plain_attention). `routes` collects the
+    routes that ran (for the run record)."""
 
     def __init__(self, adapter: ModelAdapter, taps: list[_LayerTap], flash: Callable | None):
         self.layer_of_attention = adapter.layer_of_attention
         self.taps = taps
         self.flash = flash  # the CPU flash op returning log-sum-exps (`_logsumexp_op`); None: widened values only
         self.batch: _Batch | None = None
+        self.routes: set[str] = set()
 
     def __call__(self, module, query, key, value, attention_mask, **kwargs):
         layer = self.layer_of_attention.get(id(module))
         if layer is None or self.batch is None:
-            return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+            return plain_attention(module, query, key, value, attention_mask, **kwargs)
         tap = self.taps[layer]
         if kwargs.get("scaling") is None:
             kwargs["scaling"] = query.shape[-1] ** -0.5
+        attention_mask = with_window(query, key, attention_mask, kwargs)
+        if needs_scores(kwargs):
+            self.routes.add("scores")
+            out, probs, sink = scores_attention(module, query, key, value, attention_mask, **kwargs)
+            measure_probabilities(probs, sink, tap, self.batch)
+            return out, None
         if self.flash is not None and _plain_causal_cpu(module, query, key, attention_mask, kwargs):
+            self.routes.add("logsumexp")
             return _attention_with_logsumexp(self.flash, module, query, key, value, kwargs["scaling"], tap, self.batch)
+        self.routes.add("widened")
         return _attention_with_widened_values(module, query, key, value, attention_mask, kwargs, tap, self.batch)
+
+    def weights_hook(self, layer: int) -> Callable:
+        """A forward hook on layer `layer`'s attention module that reads the attention weights it returns."""
+
+        def hook(_module, _args, output):
+            if self.batch is None:
+                return
+            weights = attention_weights(output, self.batch.input_ids.shape[1])
+            if weights is None:
+                raise HeadtraceError(
+                    f"layer {layer}'s attention module returned no attention weights during the screen"
+                )
+            measure_probabilities(weights.float(), None, self.taps[layer], self.batch)
+
+        return hook
 
     def at_query(self, hidden: torch.Tensor) -> torch.Tensor:
         """[b, L, ...] -> [b, ...]: each example's query row in the current micro-batch."""
         return hidden[self.batch.index, self.batch.query]
+
+
+def measure_probabilities(probs: torch.Tensor, sink: torch.Tensor | None, tap: _LayerTap, batch: _Batch) -> None:
+    """Add a layer's attention probabilities [b, heads, L, L] (float32) to its tap: the query row's
+    attention to each target, every row's attention to key 0, and the query row's probability of
+    the learned sink (`sink` [b, heads, L], gpt-oss) where the model has one."""
+    acc = tap.channel_sums.dtype
+    row = probs[batch.index, :, batch.query]  # [b, heads, L]
+    at_query = torch.einsum("bhl,blc->bhc", row, batch.key_weights).to(acc)
+    tap.channel_sums += torch.einsum("bhc,bc->hc", at_query, batch.defined)
+    tap.first_token_sums += torch.einsum("bhl,bl->h", probs[..., 0].to(acc), batch.row_weights)
+    if sink is not None:
+        tap.learned_sink_sums += sink[batch.index, :, batch.query].to(acc).sum(dim=0)
+        tap.has_learned_sink = True
 
 
 @functools.cache
@@ -220,7 +283,7 @@ def _plain_causal_cpu(module, query, key, attention_mask, kwargs) -> bool:
 
 
 def _attention_with_logsumexp(
-    flash: Callable, module, query, key, value, scaling: float, tap: _LayerTap, batch: "_Batch"
+    flash: Callable, module, query, key, value, scaling: float, tap: _LayerTap, batch: _Batch
 ):
     """The fused CPU kernel returns each row's log-sum-exp next to the output: with it, the query
     row's attention (for the classes) and every row's attention to key 0 (for the sink score) cost
@@ -239,7 +302,7 @@ def _attention_with_logsumexp(
     return out.transpose(1, 2).contiguous(), None
 
 
-def _reduce_pending(batch: "_Batch") -> None:
+def _reduce_pending(batch: _Batch) -> None:
     """Attention from scores and log-sum-exps, for every layer of the micro-batch in one go."""
     if not batch.pending:
         return
@@ -305,8 +368,10 @@ def screen(
 ) -> ScreenResult:
     """Screen every head of `adapter`'s model on `probe` in one streamed pass.
 
-    `route` (one of ROUTES) picks how attention is read; every route gives the same tables up to
-    rounding. A model serves one screen at a time; different models can be screened in threads."""
+    `adapter` is a models.ModelAdapter (a Hugging Face model) or an interop.TransformerLensAdapter.
+    `route` (one of ROUTES) picks how attention is read where SDPA computes it; every route gives
+    the same tables up to rounding. A model serves one screen at a time; different models can be
+    screened in threads."""
     config.validate()
     flash = _logsumexp_op(route)
     probe.check_vocab(adapter.vocab_size)
@@ -320,37 +385,80 @@ def screen(
     taps = [_LayerTap(layout.n_heads, device, acc_dtype) for _ in range(layout.n_layers)]
     grams = [GramAccumulator(layout.n_heads, layout.head_dim, device, acc_dtype) for _ in range(layout.n_layers)]
     capability = CapabilityAccumulator(device, acc_dtype)
+    pr_limit = config.pr_examples or probe.n  # PR from the first pr_examples examples (docs/definitions.md)
+    device_probe = _DeviceProbe(probe, device, acc_dtype)
     started = time.time()
     t0 = time.perf_counter()
 
-    active = _ProbeAttention(adapter, taps, flash)
-    with torch.inference_mode(), attention_function(adapter, active):
-        pr_limit = config.pr_examples or probe.n  # PR from the first pr_examples examples (docs/definitions.md)
-
-        def keep_query_outputs(layer: int, heads: torch.Tensor) -> None:
-            batch = active.batch
-            take = min(batch.rows.stop, pr_limit) - batch.rows.start
-            if take > 0:
-                grams[layer].add(heads[batch.index[:take], batch.query[:take]])
-
-        # Nested in this order, the Gram matrices see every row before the last layer is trimmed.
-        with head_output_hooks(adapter, keep_query_outputs), last_layer_at_query_only(adapter, active.at_query):
-            _stream(
-                adapter,
-                _DeviceProbe(probe, device, acc_dtype),
-                config.batch_size,
-                active,
-                capability,
-                acc_dtype,
-                progress,
-            )
-        active.batch = None
+    if adapter.attention_route == "transformer-lens":
+        routes = _stream_transformer_lens(
+            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit
+        )
+    else:
+        routes = _screen_pass(
+            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit, flash
+        )
 
     check_finite_activations(taps, grams, capability, f"{model_name}@{revision}" if revision else model_name)
     wall = time.perf_counter() - t0
     heads = _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens)
-    run = _run_record(adapter, probe, config, heads, capability.result(), model_name, revision, tokens, wall, started)
+    run = _run_record(
+        adapter,
+        probe,
+        config,
+        heads,
+        capability.result(),
+        model_name,
+        revision,
+        tokens,
+        wall,
+        started,
+        "+".join(sorted(routes)),
+    )
     return ScreenResult(heads=heads, run=run)
+
+
+def _screen_pass(
+    adapter: ModelAdapter,
+    probe: _DeviceProbe,
+    batch_size: int,
+    taps,
+    grams,
+    capability,
+    acc_dtype,
+    progress,
+    pr_limit: int,
+    flash: Callable | None,
+) -> set[str]:
+    """A Hugging Face model's pass: its attention read on its route (models.ATTENTION_ROUTES), the
+    head outputs at each output projection's input; returns the routes that ran."""
+    active = _ProbeAttention(adapter, taps, flash)
+    reading = adapter.attention_route
+    if reading == "interface":
+        attention = attention_function(adapter, active)
+    else:
+        weights = forward_hooks((attn, active.weights_hook(l)) for l, attn in enumerate(adapter.attention))
+        attention = _both(eager_attention(adapter.model), weights) if reading == "eager" else weights
+        active.routes.add("eager-weights" if reading == "eager" else "module-weights")
+
+    def keep_query_outputs(layer: int, heads: torch.Tensor) -> None:
+        batch = active.batch
+        take = min(batch.rows.stop, pr_limit) - batch.rows.start
+        if take > 0:
+            grams[layer].add(heads[batch.index[:take], batch.query[:take]])
+
+    with torch.inference_mode(), attention:
+        # Nested in this order, the Gram matrices see every row before the last layer is trimmed.
+        with head_output_hooks(adapter, keep_query_outputs), last_layer_at_query_only(adapter, active.at_query):
+            _stream(adapter, probe, batch_size, active, capability, acc_dtype, progress)
+        active.batch = None
+    return active.routes
+
+
+@contextlib.contextmanager
+def _both(first, second):
+    with first, second:
+        yield
 
 
 def _stream(
@@ -370,6 +478,57 @@ def _stream(
         capability.add(adapter.logits_at(hidden, active.batch.query), active.batch.answer)
         if progress is not None:
             progress(rows.stop - rows.start, probe.n)
+
+
+def _stream_transformer_lens(
+    adapter, probe: _DeviceProbe, batch_size: int, taps, grams, capability, acc_dtype, progress, pr_limit: int
+) -> set[str]:
+    """A TransformerLens model's pass: each layer's `hook_pattern` (attention probabilities) and
+    `hook_z` (per-head outputs) are reduced inside the hook, layer by layer; no cache is kept."""
+    current: list[_Batch] = []
+    fired: set[tuple[str, int]] = set()
+
+    def pattern_hook(layer: int):
+        def hook(pattern, hook=None):
+            fired.add(("hook_pattern", layer))
+            measure_probabilities(pattern.float(), None, taps[layer], current[-1])
+
+        return hook
+
+    def z_hook(layer: int):
+        def hook(z, hook=None):
+            fired.add(("hook_z", layer))
+            batch = current[-1]
+            take = min(batch.rows.stop, pr_limit) - batch.rows.start
+            if take > 0:
+                grams[layer].add(z[batch.index[:take], batch.query[:take]])
+
+        return hook
+
+    n_layers = adapter.layout.n_layers
+    fwd_hooks = [(f"blocks.{l}.attn.hook_pattern", pattern_hook(l)) for l in range(n_layers)]
+    fwd_hooks += [(f"blocks.{l}.attn.hook_z", z_hook(l)) for l in range(n_layers)]
+    with torch.inference_mode():
+        for rows in micro_batches(probe.n, batch_size):
+            current[:] = [_Batch(probe, rows, acc_dtype)]
+            batch = current[-1]
+            logits = adapter.model.run_with_hooks(batch.input_ids, fwd_hooks=fwd_hooks)
+            if rows.start == 0:
+                missing = [
+                    f"blocks.{l}.attn.{name}"
+                    for name in ("hook_pattern", "hook_z")
+                    for l in range(n_layers)
+                    if (name, l) not in fired
+                ]
+                if missing:
+                    raise HeadtraceError(
+                        f"TransformerLens did not call {missing[0]} (and {len(missing) - 1} more "
+                        "hooks): the screen reads attention there; run the model with eager attention"
+                    )
+            capability.add(logits[batch.index, batch.query].float(), batch.answer)
+            if progress is not None:
+                progress(rows.stop - rows.start, probe.n)
+    return {"transformer-lens"}
 
 
 def check_finite_activations(
@@ -423,6 +582,9 @@ def _head_table(adapter, probe, config, taps, grams, model_name, revision, token
         table[f"sel_{name}"] = table[f"mean_{name}"].to_numpy() / denominator
     add_labels(table, config.thresholds)
     table["sink_score"] = sink_score.ravel()
+    # The query row's probability of the learned sink (gpt-oss), beside its attention to the first token.
+    learned = np.stack([tap.learned_sink_sums.double().cpu().numpy() for tap in taps]) / probe.n
+    table["learned_sink_mass"] = learned.ravel() if any(tap.has_learned_sink for tap in taps) else np.nan
     table["gu_sink"] = table["sink_score"] > config.thresholds.gu_sink_epsilon
     table["pr"] = pr[..., 0].ravel()
     table["pr_cov"] = pr[..., 1].ravel()
@@ -442,13 +604,17 @@ def _versions() -> dict[str, str]:
     }
 
 
-def _run_record(adapter, probe, config, heads, capability, model_name, revision, tokens, wall, started) -> pd.DataFrame:
+def _run_record(
+    adapter, probe, config, heads, capability, model_name, revision, tokens, wall, started, routes: str
+) -> pd.DataFrame:
     layout = adapter.layout
     record = {
         "model": model_name,
         "revision": revision or "",
         "tokens": np.nan if tokens is None else float(tokens),
         "architecture": adapter.model_type,
+        "layout": adapter.layout_description,
+        "attention_route": routes,
         "n_layers": layout.n_layers,
         "n_heads": layout.n_heads,
         "n_kv_heads": layout.n_kv_heads,
@@ -523,3 +689,57 @@ def screen_checkpoint(
     if out is not None:
         ResultsDir(out).write_shard(result.heads, result.run)
     return result
+
+
+# --------------------------------------------------------------------------------------------
+# A model already loaded: what a notebook with a Hugging Face, TransformerLens or nnsight model calls.
+
+
+def screen_model(
+    model,
+    config: ScreenConfig = ScreenConfig(),
+    name: str | None = None,
+    *,
+    revision: str | None = None,
+    tokens: float | None = None,
+    tokenizer=None,
+    out: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScreenResult:
+    """Screen a model that is already loaded, where it is and in its dtype (the stored config
+    records them): a Hugging Face causal LM, a TransformerLens `HookedTransformer` or
+    `TransformerBridge`, or an nnsight `LanguageModel` (interop.py). Optionally write Parquet to
+    `out`; the tables label the result `name` (default: the model's own name).
+
+    The model runs in eval mode under no-grad for the screen; its training flags and the global
+    RNG are as they were after. `tokenizer` (default: the model's own, else its config's BOS id)
+    serves probes that need one.
+
+    >>> result = screen_model(hooked_transformer, ScreenConfig.of(n_examples=256), name="pythia-160m")  # doctest: +SKIP
+    """
+    config.validate()
+    adapter = as_adapter(model)
+    config = config_where_model_is(config, adapter)
+    check_probe_fits(config, adapter.max_positions, adapter.vocab_size)
+    tokenizer = tokenizer or getattr(model, "tokenizer", None) or getattr(native_model(model), "tokenizer", None)
+    bos = getattr(adapter.config, "bos_token_id", None)
+    probe = build_probe(config.probe, lambda: tokenizer or _BosOnly(bos))
+    name = name or _model_name(adapter)
+    with evaluating(adapter.model):
+        result = screen(adapter, probe, config, model_name=name, revision=revision, tokens=tokens, progress=progress)
+    if out is not None:
+        ResultsDir(out).write_shard(result.heads, result.run)
+    return result
+
+
+@dataclass
+class _BosOnly:
+    """What the synthetic probe needs of a tokenizer: the BOS id."""
+
+    bos_token_id: int | None
+
+
+def _model_name(adapter) -> str:
+    config = adapter.model.config if hasattr(adapter.model, "config") else None
+    named = getattr(config, "name_or_path", "") or getattr(getattr(adapter.model, "cfg", None), "model_name", "")
+    return str(named or adapter.model_type)

@@ -14,16 +14,17 @@ module's training flag and the RNG states (torch CPU and CUDA, Python, NumPy): t
 watcher is bit-identical to training without one, and its tables are bit-identical to screening
 the saved checkpoint of the same step.
 
-The model is screened where it is, in its dtype (the stored config records that device and
-dtype). Supported: one process on the CPU, a GPU or MPS, in float32, bfloat16 or float16; DDP (the
-wrapped model's `.module` is screened on rank 0 alone; the other ranks wait at their next
-collective). FSDP and DeepSpeed ZeRO-3 shard the parameters, so no rank holds the model: refused.
+The model is a Hugging Face causal LM, a TransformerLens model (`HookedTransformer`,
+`TransformerBridge`) or an nnsight `LanguageModel` (interop.py). It is screened where it is, in its
+dtype (the stored config records that device and dtype). Supported: one process on the CPU, a GPU or
+MPS, in float32, bfloat16 or float16; DDP (the wrapped model's `.module` is screened on rank 0
+alone; the other ranks wait at their next collective). FSDP and DeepSpeed ZeRO-3 shard the
+parameters, so no rank holds the model: refused.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import random
@@ -45,7 +46,7 @@ from headtrace import __version__
 from headtrace.errors import HeadtraceError
 from headtrace.organism.config import REVISIONS_FILE, checkpoint_steps, revision_name
 from headtrace.probes import PROBES, build_probe
-from headtrace.schema import DTYPE_ALIASES, DTYPES, ScreenConfig
+from headtrace.schema import ScreenConfig
 from headtrace.store import (
     MANIFEST_SCHEMA,
     RUNS,
@@ -294,10 +295,10 @@ class Watcher:
         training to fail before it starts."""
         if not self.active:
             return
-        from headtrace.models import ModelAdapter  # torch: importing the watcher loads none
+        from headtrace.interop import as_adapter, native_model  # torch: importing the watcher loads none
 
         self.start()
-        self._prepared(ModelAdapter(unwrapped(model)))
+        self._prepared(as_adapter(unwrapped(native_model(model))))
 
     def start(self, overwrite: bool | None = None, resume: bool | None = None) -> None:
         """Begin this run's writes (once; `prepare` and the first screen call it, the organism trainer
@@ -426,9 +427,9 @@ class Watcher:
         )
 
     def _prepared(self, adapter) -> ScreenConfig:
-        from headtrace.models import check_probe_fits  # torch: importing the watcher loads none
+        from headtrace.models import check_probe_fits, config_where_model_is  # torch: importing the watcher loads none
 
-        config = _where_model_is(self.config, adapter)
+        config = config_where_model_is(self.config, adapter)
         if config != self._resolved:
             self._check_one_config(config)
             check_probe_fits(config, adapter.max_positions, adapter.vocab_size)
@@ -451,16 +452,16 @@ class Watcher:
             return None
         self._check_open()
         # torch and the model code: importing the watcher loads none
-        from headtrace.models import ModelAdapter
+        from headtrace.interop import as_adapter, native_model
         from headtrace.screen import ScreenResult, screen
 
         self.start()
         started = time.perf_counter()
-        model = unwrapped(model)
+        model = unwrapped(native_model(model))
         tokens = None if tokens_seen is None else float(tokens_seen)
         name = revision_name(step, self.total_steps)
         with training_state_kept(model):
-            adapter = ModelAdapter(model)
+            adapter = as_adapter(model)
             config = self._prepared(adapter)
             result = screen(adapter, self._probe, config, model_name=self.model_id, revision=name, tokens=tokens)
         run = run_record(result.run, "watch", step=int(step), run_id=self.run_id)
@@ -531,25 +532,6 @@ class Watcher:
 def _run_id(value) -> str | None:
     """A run record's run id; None for one written without (a panel's, or an older watcher's)."""
     return None if value is None or (isinstance(value, float) and value != value) or value is pd.NA else str(value)
-
-
-def _where_model_is(config: ScreenConfig, adapter) -> ScreenConfig:
-    """The config with the device and dtype the model is in (where it is screened)."""
-    import torch  # importing the watcher loads no torch
-
-    from headtrace.models import TORCH_DTYPES
-
-    device = adapter.device
-    stated = config.device if config.device != "auto" else device.type
-    wanted = torch.device(stated)
-    if wanted.type != device.type or wanted.index not in (None, device.index):
-        stated = str(device) if wanted.type == device.type else device.type
-    dtype = next((name for name, value in TORCH_DTYPES.items() if value == adapter.dtype), None)
-    if dtype is None:
-        raise HeadtraceError(f"the model is in {adapter.dtype}; the screen runs in {', '.join(DTYPES)}")
-    if DTYPE_ALIASES.get(config.dtype, config.dtype) == dtype and config.device == stated:
-        return config
-    return dataclasses.replace(config, device=stated, dtype=dtype)
 
 
 def _rank() -> int:
