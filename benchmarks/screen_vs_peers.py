@@ -7,7 +7,7 @@ One random-init GPT-NeoX model (Pythia-160M shape by default), the synthetic ind
   (b) reference: eager attention at batch 4 with `output_attentions=True` and full logits, keeping
       the query rows of all layers; a second pass for per-head outputs and PR; then the
       selectivity arithmetic in numpy (how the reference study's scripts work);
-  (c) TransformerLens 4.x: the same HF model wrapped in a TransformerBridge, `run_with_cache` per
+  (c) TransformerLens (3.9 or newer): the same HF model wrapped in a TransformerBridge, `run_with_cache` per
       sequence, selectivities, sink score and PR from the cached patterns and `hook_z`;
   (d) floor: one forward of the base model (no unembedding), SDPA attention, at (a)'s batch size.
 
@@ -251,7 +251,7 @@ def run_reference(model, probe, args) -> dict:
 
 
 def tl_bridge(model):
-    """The HF model wrapped by TransformerLens 4.x (`TransformerBridge`, which replaced HookedTransformer)."""
+    """The HF model wrapped by TransformerLens (`TransformerBridge`, in 3.9 and later)."""
     from tokenizers import Tokenizer, models
     from transformer_lens.model_bridge import TransformerBridge
     from transformers import PreTrainedTokenizerFast
