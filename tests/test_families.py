@@ -19,14 +19,13 @@ from headtrace.cli import main
 from headtrace.errors import HeadtraceError
 from headtrace.families import Gap, default_family, manifest_entry
 from headtrace.family_findings import across_seeds, with_family_rows
-from headtrace.findings import write_findings
+from headtrace.findings import model_findings, write_findings
 from headtrace.panel import load_panel, run_panel, train_pending
 from headtrace.probes import CLASS_KEYS
 from headtrace.report import build_report
 from headtrace.report.data import load
 from headtrace.schema import tag
 from headtrace.store import HEADS, RUNS, ResultsDir, read_results, slug
-from headtrace.trajectory import findings
 from test_report import FIGURE_STATE, browser, hover, open_page  # noqa: F401 (browser: the fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -427,7 +426,7 @@ def test_results_without_a_family_keep_their_findings_table(planted, tmp_path):
     for heads, run in planted_shards(SINGLE, PLANTED[1]):
         ResultsDir(tmp_path).write_shard(heads, run)
     heads, runs = read_results(tmp_path)
-    table = findings(heads, runs)
+    table = model_findings(heads, runs)
     pd.testing.assert_frame_equal(with_family_rows(table, heads, runs), table)
     assert list(write_findings(tmp_path).columns) == list(table.columns)
     assert "Seed families" not in (tmp_path / "findings.md").read_text()

@@ -15,12 +15,12 @@ import pytest
 
 from headtrace.cli import main
 from headtrace.errors import HeadtraceError
+from headtrace.findings import model_findings
 from headtrace.reference import import_reference
 from headtrace.store import read_results
 from headtrace.trajectory import (
     TrajectoryConfig,
     final_circuit,
-    findings,
     layer_table,
     model_trajectories,
     pr_elevation,
@@ -207,7 +207,7 @@ def first_elevated(values: list[float], fraction: float = 0.5, min_rise: float =
 
 
 def test_findings(panel):
-    table = findings(*panel).set_index("finding")
+    table = model_findings(*panel).set_index("finding")
     numbers = {code: json.loads(row.numbers) for code, row in table.iterrows()}
     assert list(table.model.unique()) == ["EleutherAI/pythia-1b"]
     assert table.loc["F1", "status"] == "holds"

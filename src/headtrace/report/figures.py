@@ -3,13 +3,18 @@ hover tips for the page (one text per drawn shape), and a matplotlib figure save
 
 A figure that cannot be drawn (no PR, one revision, no ablations) is a `Plot` with a `note`
 saying why, so the page shows the gap where the figure would be.
+
+`FIGURES` registers them in page order: drawn once for the panel, once per seed family or once per
+model. A finding's figure is registered under the finding's code (`register_figure`), and drawn only
+where the findings table holds that finding, so a finding from outside headtrace brings its figure
+without an edit here.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import matplotlib
 import numpy as np
@@ -41,6 +46,7 @@ from headtrace.report.data import (
     trajectory_heads,
 )
 from headtrace.probes import CLASS_KEYS, CLASSES
+from headtrace.registry import Registry
 from headtrace.store import slug
 from headtrace.trajectory import ModelTrajectory, recall, tokens_label
 
@@ -1021,15 +1027,52 @@ def family_circuits_plot(data: ReportData, family: str) -> Plot:
     return plot
 
 
+# --------------------------------------------------------------------------------------------
+# The registry of figures, in page order.
+
+
+@dataclass(frozen=True)
+class FigureKind:
+    """How to draw one figure: `draw(data)` once for the panel, `draw(data, family)` per seed family,
+    or `draw(data, panel)` per model; `finding`: the finding it shows, if any."""
+
+    draw: Callable[..., Plot]
+    per: str = "model"  # "panel", "family" or "model"
+    finding: str | None = None
+
+
+FIGURES: Registry[FigureKind] = Registry("report figure")
+
+
+def register_figure(code: str, draw: Callable[..., Plot], per: str = "model") -> FigureKind:
+    """Register the figure of the finding `code`; it is drawn where the findings table holds it."""
+    if per not in ("panel", "family", "model"):
+        raise ValueError(f"per must be panel, family or model (got {per!r})")
+    return FIGURES.add(code, FigureKind(draw, per, code))
+
+
+FIGURES.add("sink-fraction", FigureKind(sink_fraction_plot, "panel"))
+register_figure("F3", milestones_plot, "panel")
+FIGURES.add("circuits", FigureKind(family_circuits_plot, "family"))
+register_figure("F1", sink_layers_plot)
+FIGURES.add("labels", FigureKind(labels_plot))
+FIGURES.add("induction", FigureKind(induction_plot))
+register_figure("F5", spectral_plot)
+register_figure("F4", recall_plot)
+
+
+def _drawn(data: ReportData, per: str) -> list[FigureKind]:
+    held = set(data.findings.finding)
+    kinds = [FIGURES.get(key) for key in FIGURES]
+    return [k for k in kinds if k.per == per and (k.finding is None or k.finding in held)]
+
+
 def panel_plots(data: ReportData) -> list[Plot]:
-    return [sink_fraction_plot(data), milestones_plot(data)] + [family_circuits_plot(data, f) for f in data.families]
+    """The panel-wide figures, then each seed family's."""
+    return [kind.draw(data) for kind in _drawn(data, "panel")] + [
+        kind.draw(data, family) for family in data.families for kind in _drawn(data, "family")
+    ]
 
 
 def model_plots(data: ReportData, panel: ModelTrajectory) -> list[Plot]:
-    return [
-        sink_layers_plot(data, panel),
-        labels_plot(data, panel),
-        induction_plot(data, panel),
-        spectral_plot(data, panel),
-        recall_plot(data, panel),
-    ]
+    return [kind.draw(data, panel) for kind in _drawn(data, "model")]

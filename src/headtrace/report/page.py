@@ -236,7 +236,7 @@ def page(
     )
     sections = [
         f'<section id="overview"><h2>Overview</h2>{figures(overview)}</section>',
-        f'<section id="findings"><h2>Findings F1-F6</h2>{_findings(data)}</section>',
+        f'<section id="findings"><h2>Findings</h2>{_findings(data)}</section>',
     ]
     for panel in data.panels:
         names = ", ".join(revision_label(n, t) for n, t in zip(panel.names, panel.tokens))
