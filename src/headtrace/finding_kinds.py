@@ -3,11 +3,12 @@
 A finding is one `FindingKind`: its code, title and claim, its settings (thresholds, with defaults),
 its computation on one model's trajectory (a `trajectory.Finding`, whose `numbers` are what the
 report draws), and its summary across a seed family. `FINDINGS` holds them in order: the study's
-F1-F6, then any registered with `register_finding` or installed through the `headtrace.findings`
+F1-F7, then any registered with `register_finding` or installed through the `headtrace.findings`
 entry-point group. `headtrace findings`, the family rows (family_findings.py) and the report iterate
 over it; a finding's figure is registered on the report side under its code (report/figures.py).
 
-F1-F6 are computed in trajectory.py; their units here name them and summarise them across seeds.
+F1-F6 are computed in trajectory.py; F7 (middle-first) lives in its unit here, as a finding from
+outside the package would.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from headtrace.store import ResultsDir
 from headtrace.trajectory import (
     AS_EXPECTED,
     DIFFERS,
+    DOES_NOT_HOLD,
     GRADUAL,
+    HOLDS,
+    NOT_MEASURABLE,
     SHARP,
     Finding,
     ModelTrajectory,
@@ -348,6 +352,140 @@ class NoiseFloor(FindingKind):
 
 
 # --------------------------------------------------------------------------------------------
+# F7: middle-first.
+
+
+def layer_ranges(layers: list[int]) -> str:
+    """[6, 7, 8, 10, 11] -> 'layers 6-8, 10-11'; [3] -> 'layer 3'."""
+    runs: list[list[int]] = []
+    for layer in sorted(layers):
+        if runs and layer == runs[-1][-1] + 1:
+            runs[-1].append(layer)
+        else:
+            runs.append([layer])
+    text = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+    return f"layer{'s' if len(layers) > 1 else ''} {text}"
+
+
+@dataclass(frozen=True)
+class MiddleFirst(FindingKind):
+    """F7: sink heads appear first in the middle of the network and reach the layers just above the
+    floor last (docs/definitions.md). Counted on revisions in training order: no token counts needed."""
+
+    code: ClassVar[str] = "F7"
+    title: ClassVar[str] = "middle-first"
+    uses: ClassVar[tuple[str, ...]] = ("floor_layers",)
+    middle_low: float = 0.25  # the middle of the depth: middle_low * n_layers <= median(E) < middle_high * n_layers
+    middle_high: float = 0.75
+
+    def validate(self) -> None:
+        if not 0 <= self.middle_low < self.middle_high <= 1:
+            raise HeadtraceError(
+                f"F7: the middle of the depth needs 0 <= middle_low < middle_high <= 1 "
+                f"(got {self.middle_low:g}, {self.middle_high:g})"
+            )
+
+    def claim(self, config: TrajectoryConfig) -> str:
+        return (
+            f"sink heads (first-token >= {config.thresholds.sink_threshold:g}x) appear first in the middle of the "
+            f"network: the median of the earliest layers lies in [{self.middle_low:g}, {self.middle_high:g}) of the "
+            f"depth, and the two layers just above the floor (layers 0-{config.floor_layers - 1}) acquire them after "
+            "the median onset"
+        )
+
+    @staticmethod
+    def onsets(panel: ModelTrajectory, config: TrajectoryConfig) -> tuple[dict[int, int], int]:
+        """Per layer at or above the floor: the index of the first revision where it holds a sink head
+        (n_revisions when it never does); and n_layers."""
+        per_layer = panel.layers.pivot(index="revision", columns="layer", values="screen_sink").reindex(panel.names)
+        n_layers, n_revisions = int(per_layer.columns.max()) + 1, len(panel.names)
+        onset = {}
+        for layer in range(config.floor_layers, n_layers):
+            counts = per_layer[layer].to_numpy(dtype=float) if layer in per_layer else np.zeros(n_revisions)
+            hit = np.flatnonzero(counts >= 1)
+            onset[layer] = int(hit[0]) if len(hit) else n_revisions
+        return onset, n_layers
+
+    def compute(self, panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
+        onset, n_layers = self.onsets(panel, config)
+        n = len(panel.names)
+        numbers: dict = {
+            "n_layers": n_layers,
+            "n_revisions": n,
+            "floor_layers": config.floor_layers,
+            "onset": {str(layer): i for layer, i in onset.items()},
+            "onset_revision": {str(layer): panel.names[i] if i < n else None for layer, i in onset.items()},
+            "onset_tokens": {str(layer): float(panel.tokens[i]) if i < n else None for layer, i in onset.items()},
+        }
+        if not onset:
+            why = f"no layer at or above the floor (layers 0-{config.floor_layers - 1} of {n_layers})"
+            return self.finding(NOT_MEASURABLE, why, numbers, config)
+        first = min(onset.values())
+        if first == n:
+            why = f"no sink head in {layer_ranges(list(onset))} at any revision"
+            return self.finding(NOT_MEASURABLE, why, numbers, config)
+        earliest = [layer for layer, i in onset.items() if i == first]
+        if first == 0:
+            why = (
+                f"sink heads already at the first revision ({self.at(panel, 0)}) in {layer_ranges(earliest)}: "
+                "no onset order to see"
+            )
+            return self.finding(NOT_MEASURABLE, why, numbers | {"earliest_layers": earliest}, config)
+        middle_of_e = float(np.median(earliest))  # the mean of the two middle layers for an even count
+        low, high = self.middle_low * n_layers, self.middle_high * n_layers
+        ordered = sorted(onset.values())
+        median_onset = ordered[(len(ordered) - 1) // 2]  # the lower median
+        adjacent = {layer: onset[layer] for layer in (config.floor_layers, config.floor_layers + 1) if layer in onset}
+        in_middle = low <= middle_of_e < high
+        later = all(i > median_onset for i in adjacent.values())
+        numbers |= {
+            "earliest_layers": earliest,
+            "earliest_onset": first,
+            "median_earliest_layer": middle_of_e,
+            "middle": [low, high],
+            "in_middle": in_middle,
+            "median_onset": median_onset,
+            "median_onset_revision": panel.names[median_onset] if median_onset < n else None,
+            "floor_adjacent": {str(layer): i for layer, i in adjacent.items()},
+            "floor_adjacent_later": later,
+        }
+        statement = (
+            f"first sink heads at {self.at(panel, first)} in {layer_ranges(earliest)} (median layer "
+            f"{middle_of_e:g}, {'inside' if in_middle else 'outside'} the middle {low:g} <= layer < {high:g} of "
+            f"{n_layers}); just above the floor: "
+            + ", ".join(f"layer {layer} {self.at(panel, i)}" for layer, i in adjacent.items())
+            + f"; median onset {self.at(panel, median_onset)} over {layer_ranges(list(onset))}"
+            + ("" if later else ", not later than the layers just above the floor")
+        )
+        return self.finding(HOLDS if in_middle and later else DOES_NOT_HOLD, statement, numbers, config)
+
+    @staticmethod
+    def at(panel: ModelTrajectory, i: int) -> str:
+        """A revision by its index, with its tokens; 'never' past the last one."""
+        if i >= len(panel.names):
+            return "never"
+        return f"{panel.names[i]} (revision {i + 1} of {len(panel.names)}, {tokens_label(panel.tokens[i])})"
+
+    def across_seeds(self, per: Mapping[int, SeedFinding], config: TrajectoryConfig) -> tuple[dict, list[str]]:
+        summary = Summary(per)
+        earliest = {s: v["earliest_layers"] for s, (_, v, _) in per.items() if v.get("earliest_layers")}
+        summary.numbers["earliest_layers"] = {str(s): layers for s, layers in earliest.items()}
+        if earliest:
+            summary.parts.append(
+                "earliest: " + "; ".join(f"seed {s} {layer_ranges(layers)}" for s, layers in earliest.items())
+            )
+        summary.spread(
+            "median_earliest_layer", summary.values("median_earliest_layer"), show_count, "median earliest layer"
+        )
+        for name, text in (("in_middle", "in the middle"), ("floor_adjacent_later", "floor-adjacent layers later")):
+            flags = {s: v[name] for s, (_, v, _) in per.items() if name in v}
+            summary.numbers[name] = {str(s): flag for s, flag in flags.items()}
+            if flags:
+                summary.parts.append(f"{text} in {sum(flags.values())}/{len(flags)}")
+        return summary.result()
+
+
+# --------------------------------------------------------------------------------------------
 # The registry.
 
 
@@ -411,7 +549,7 @@ class FindingRegistry(Registry[FindingKind]):
 
 
 FINDINGS = FindingRegistry()
-for _kind in (Floor(), Shape(), Timing(), EarlyIdentification(), SpectralLead(), NoiseFloor()):
+for _kind in (Floor(), Shape(), Timing(), EarlyIdentification(), SpectralLead(), NoiseFloor(), MiddleFirst()):
     FINDINGS.add(_kind.code, _kind)
 
 

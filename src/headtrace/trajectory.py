@@ -2,8 +2,8 @@
 
 Input: the (heads, runs) tables of `store.read_results`, any number of models, each model's
 revisions ordered by training tokens. Output: class counts per revision and per layer, milestones,
-and the study's findings F1-F6 as one table, each judged by an explicit criterion whose thresholds
-live in `TrajectoryConfig`.
+and the study's findings F1-F6, each judged by an explicit criterion whose thresholds live in
+`TrajectoryConfig` (finding_kinds.py registers them as units, with F7, and assembles the table).
 
 Counts come in two kinds, named apart: `screen_*` columns are the all-head screens (a head may be
 in several: induction circuit >= 50x, previous-token circuit = best class previous-token and >= 100x
