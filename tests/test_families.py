@@ -19,14 +19,13 @@ from headtrace.cli import main
 from headtrace.errors import HeadtraceError
 from headtrace.families import Gap, default_family, manifest_entry
 from headtrace.family_findings import across_seeds, with_family_rows
-from headtrace.findings import write_findings
+from headtrace.findings import model_findings, write_findings
 from headtrace.panel import load_panel, run_panel, train_pending
 from headtrace.probes import CLASS_KEYS
 from headtrace.report import build_report
 from headtrace.report.data import load
 from headtrace.schema import tag
 from headtrace.store import HEADS, RUNS, ResultsDir, read_results, slug
-from headtrace.trajectory import findings
 from test_report import FIGURE_STATE, browser, hover, open_page  # noqa: F401 (browser: the fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -325,8 +324,8 @@ def test_every_finding_across_seeds_equals_a_plain_recomputation_from_the_per_se
     table = pd.read_parquet(planted / "findings.parquet")
     assert list(table.columns[:3]) == ["model", "family", "seed"]
     per_seed = table.loc[table.family.eq(FAMILY) & table.model.notna()]
-    assert sorted(per_seed.seed.unique()) == [0, 1, 2, 3] and len(per_seed) == 4 * 6
-    for code in ("F1", "F2", "F3", "F4", "F5", "F6"):
+    assert sorted(per_seed.seed.unique()) == [0, 1, 2, 3] and len(per_seed) == 4 * 7
+    for code in ("F1", "F2", "F3", "F4", "F5", "F6", "F7"):
         rows = per_seed.loc[per_seed.finding == code].sort_values("seed")
         numbers = [json.loads(n) for n in rows.numbers]
         status, found = summary(table, code)
@@ -363,18 +362,25 @@ def test_every_finding_across_seeds_equals_a_plain_recomputation_from_the_per_se
         if code == "F6":
             assert found["circuit_memberships"] == sum(n["circuit_memberships"] for n in numbers)
             assert found["below_null"] == {str(s): n["below_null"] for s, n in zip(rows.seed, numbers)}
+        if code == "F7":
+            assert found["earliest_layers"] == {str(s): n["earliest_layers"] for s, n in zip(rows.seed, numbers)}
+            check_spread(found["median_earliest_layer"], [n["median_earliest_layer"] for n in numbers])
+            for flag in ("in_middle", "floor_adjacent_later"):
+                assert found[flag] == {str(s): n[flag] for s, n in zip(rows.seed, numbers)}
         assert found["missing"] == [
             {"family": FAMILY, "seed": 3, "model": f"{FAMILY}-s3", "revision": "step8", "tokens": 8e9}
         ]
         assert "seed 3 lacks step8" in table.loc[table.model.isna() & (table.finding == code), "statement"].iloc[0]
     # What the plant puts there: F2 sharp in 3 of 4 (seed 1 ramps), F3 holds in 2 of 3 measurable (seed 2's
     # sinks come first, seed 3 never has 3 induction heads), F5 holds in 3/4 (seed 2's PR lags its crossing).
-    assert [summary(table, c)[0] for c in ("F1", "F2", "F3", "F5", "F6")] == [
+    # F7: every seed's first sinks sit in the top layer (seed 2: the top two), never the middle first.
+    assert [summary(table, c)[0] for c in ("F1", "F2", "F3", "F5", "F6", "F7")] == [
         "holds in 3/4",
         "sharp in 3/4",
         "holds in 2/3",
         "holds in 3/4",
         "holds in 3/4",
+        "does not hold in 4/4",
     ]
 
 
@@ -427,7 +433,7 @@ def test_results_without_a_family_keep_their_findings_table(planted, tmp_path):
     for heads, run in planted_shards(SINGLE, PLANTED[1]):
         ResultsDir(tmp_path).write_shard(heads, run)
     heads, runs = read_results(tmp_path)
-    table = findings(heads, runs)
+    table = model_findings(heads, runs)
     pd.testing.assert_frame_equal(with_family_rows(table, heads, runs), table)
     assert list(write_findings(tmp_path).columns) == list(table.columns)
     assert "Seed families" not in (tmp_path / "findings.md").read_text()
@@ -444,7 +450,7 @@ def test_the_report_draws_each_family_with_its_band_in_chromium(planted, browser
     expected = {"sink-fraction", "milestones", f"circuits-{slug(FAMILY)}"} | {
         f"{kind}-{slug(model)}"
         for model in [f"{FAMILY}-s{s}" for s in PLANTED] + [SINGLE]
-        for kind in ("sink-layers", "labels", "induction", "spectral", "recall")
+        for kind in ("sink-layers", "onset", "labels", "induction", "spectral", "recall")
     }
     assert {k for k, f in figures.items() if f["drawn"]} == expected
     assert all(f["shapes"] > 30 and f["width"] > 100 for f in figures.values() if f["drawn"])
@@ -497,7 +503,7 @@ def test_a_family_of_organisms_is_trained_and_screened_end_to_end(tmp_path):
     )
     assert set(runs.config_hash) == {single.screen.config_hash}  # families leave the config hash alone
     table = write_findings(tmp_path / "results")
-    assert len(table) == 3 * 6 + 8 and table.model.isna().sum() == 8
+    assert len(table) == 3 * 7 + 9 and table.model.isna().sum() == 9
     assert set(table.loc[table.model.isna(), "finding"]) == {
         "F1",
         "F2",
@@ -505,6 +511,7 @@ def test_a_family_of_organisms_is_trained_and_screened_end_to_end(tmp_path):
         "F4",
         "F5",
         "F6",
+        "F7",
         "circuit",
         "milestones",
     }
@@ -577,7 +584,7 @@ def test_a_member_lacking_a_revision_is_reported_and_left_out(tmp_path, monkeypa
     assert manifest["families"] == {POLY: {"0": POLY, "1": f"{POLY}-seed1", "2": f"{POLY}-seed2"}}
     table = write_findings(tmp_path / "out")
     across = table.loc[table.model.isna()]
-    assert len(across) == 8 and across.statement.str.contains("seed 2 lacks step8").all()
+    assert len(across) == 9 and across.statement.str.contains("seed 2 lacks step8").all()
 
 
 def test_the_shipped_polypythia_panel_is_ten_seeds_with_the_study_settings():

@@ -159,7 +159,8 @@ def documented_layers() -> list[str]:
     rows = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith(("layer", "─"))]
     order = []
     for line in rows:
-        cells = line[21:].rsplit("  ", 1)[0] if "  " in line[21:].rstrip() else line[21:]
+        body = line[21:].strip()  # a row's modules, continued on indented lines, then its torch column
+        cells = body.rsplit("  ", 1)[0] if "  " in body else body
         for name in cells.replace("->", " ").replace(",", " ").replace(";", " ").replace("…", "").split():
             order.append(name if name == PACKAGE else f"{PACKAGE}.{name}")
     return order

@@ -201,8 +201,9 @@ def test_inline_svg_prefixes_ids_and_carries_tips(tmp_path):
 # The report on disk and in a browser.
 
 
-def drawn_keys(model: str, spectral: bool) -> set[str]:
+def drawn_keys(model: str, spectral: bool, onset: bool = False) -> set[str]:
     keys = {f"sink-layers-{slug(model)}", f"labels-{slug(model)}", f"induction-{slug(model)}"}
+    keys |= {f"onset-{slug(model)}"} if onset else set()
     return keys | ({f"spectral-{slug(model)}", f"recall-{slug(model)}"} if spectral else set())
 
 
@@ -221,7 +222,7 @@ def tiny_report(tiny_dir) -> Path:
 
 def test_report_files(pythia_report, tiny_report, tiny_dir):
     figures = pythia_report.parent / "figures"
-    expected = {"sink-fraction", "milestones"} | drawn_keys(PYTHIA, spectral=True)
+    expected = {"sink-fraction", "milestones"} | drawn_keys(PYTHIA, spectral=True, onset=True)
     assert {p.stem for p in figures.glob("*.png")} == {p.stem for p in figures.glob("*.svg")} == expected
     assert tiny_report == tiny_dir / "elsewhere" / "index.html"
     tiny_figures = {p.stem for p in (tiny_report.parent / "figures").glob("*.png")}
@@ -334,7 +335,7 @@ def check_page(page, log, index: Path, drawn: set[str], gaps: dict[str, str]) ->
 
 def test_pythia_report_in_chromium(browser, pythia_report):
     page, log = open_page(browser, pythia_report)
-    drawn = {"sink-fraction", "milestones"} | drawn_keys(PYTHIA, spectral=True)
+    drawn = {"sink-fraction", "milestones"} | drawn_keys(PYTHIA, spectral=True, onset=True)
     check_page(page, log, pythia_report, drawn, {"ablations": "no ablations in these results"})
     assert not page.locator("#tip").is_visible()
     labels = f"fig-labels-{slug(PYTHIA)}"
@@ -347,7 +348,14 @@ def test_pythia_report_in_chromium(browser, pythia_report):
     assert text == "L7H0 · step143000 (299.9B)\ninduction 112.6x"
     text, _ = hover(page, f"fig-sink-layers-{slug(PYTHIA)}", "layer 0", 4 * 10 + 9)
     assert text == "layer 4 · step143000 (299.9B)\n8 of 8 heads are sink heads"
-    assert page.locator("#findings td.status.holds").count() == 4
+    assert page.locator("#findings td.status.holds").count() == 5  # F1, F3, F4, F5, F7
+    # F7's onset over depth sits beside the sinks-per-layer heatmap, its rows at the heatmap's heights.
+    heatmap, onset = (page.locator(f"#fig-{key}-{slug(PYTHIA)}").bounding_box() for key in ("sink-layers", "onset"))
+    assert onset["x"] >= heatmap["x"] + heatmap["width"] and abs(onset["y"] - heatmap["y"]) < 1
+    text, _ = hover(page, f"fig-onset-{slug(PYTHIA)}", "layer 6", 0)
+    assert text == "layer 6: first sink head at step3000 (6.291B)"
+    text, _ = hover(page, f"fig-onset-{slug(PYTHIA)}", "never", 1)
+    assert text == "layer 3: never holds a sink head"
     page.mouse.move(1, 1)
     assert not page.locator("#tip").is_visible()
     ARTIFACTS.mkdir(exist_ok=True)
@@ -359,6 +367,7 @@ def test_partial_tiny_panel_in_chromium(browser, tiny_report):
     drawn = {"sink-fraction", "ablations"} | drawn_keys("tiny/gpt-neox", False) | drawn_keys("tiny/llama", False)
     gaps = {
         f"recall-{slug('tiny/gpt-neox')}": "no head at 50x at the last revision (seed2)",
+        f"onset-{slug('tiny/gpt-neox')}": "no layer at or above the floor (layers 0-1 of 2)",
         f"spectral-{slug('tiny/llama')}": "one revision: a trajectory needs at least two",
     }
     check_page(page, log, tiny_report, drawn, gaps)

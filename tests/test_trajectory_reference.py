@@ -15,12 +15,12 @@ import pytest
 
 from headtrace.cli import main
 from headtrace.errors import HeadtraceError
+from headtrace.findings import model_findings
 from headtrace.reference import import_reference
 from headtrace.store import read_results
 from headtrace.trajectory import (
     TrajectoryConfig,
     final_circuit,
-    findings,
     layer_table,
     model_trajectories,
     pr_elevation,
@@ -207,7 +207,7 @@ def first_elevated(values: list[float], fraction: float = 0.5, min_rise: float =
 
 
 def test_findings(panel):
-    table = findings(*panel).set_index("finding")
+    table = model_findings(*panel).set_index("finding")
     numbers = {code: json.loads(row.numbers) for code, row in table.iterrows()}
     assert list(table.model.unique()) == ["EleutherAI/pythia-1b"]
     assert table.loc["F1", "status"] == "holds"
@@ -291,7 +291,7 @@ def test_cli_import_and_findings(tmp_path, monkeypatch, capsys):
     ) in said and "warning" not in said
     assert run_cli(monkeypatch, "findings", str(out)) == 0
     table = pd.read_parquet(out / "findings.parquet")
-    assert list(table.finding) == ["F1", "F2", "F3", "F4", "F5", "F6"]
+    assert list(table.finding) == ["F1", "F2", "F3", "F4", "F5", "F6", "F7"]
     markdown = (out / "findings.md").read_text()
     assert "| EleutherAI/pythia-1b | F2 | shape | gradual | gradual:" in markdown
     assert "step38000 < t <= step143000" in markdown

@@ -10,9 +10,9 @@ import pytest
 
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS
-from headtrace.findings import write_findings
+from headtrace.findings import model_findings, write_findings
 from headtrace.store import read_results, ResultsDir
-from headtrace.trajectory import TrajectoryConfig, findings, revision_table
+from headtrace.trajectory import TrajectoryConfig, revision_table
 
 STEP_TOKENS = 1e9
 
@@ -64,7 +64,7 @@ def head_index(name: str, n_heads: int = 4) -> int:
 
 
 def by_finding(heads: pd.DataFrame, config: TrajectoryConfig = TrajectoryConfig()) -> dict[str, pd.Series]:
-    table = findings(heads, None, config)
+    table = model_findings(heads, None, config)
     return {row.finding: row for _, row in table.iterrows()}
 
 
@@ -194,15 +194,17 @@ def test_shape_is_compared_only_with_a_stated_expectation(tmp_path):
     gradual = make_heads(6, model="org/ramp", sel_first=sink_selectivity([0, 2, 4, 6, 8, 10]))
     sharp = make_heads(6, model="org/step", sel_first=sink_selectivity([0, 0, 1, 1, 12, 12]))
     heads = pd.concat([gradual, sharp], ignore_index=True)
-    table = findings(heads, None, TrajectoryConfig(), {"org/ramp": {"F2": "gradual"}, "org/step": {"F2": "gradual"}})
+    table = model_findings(
+        heads, None, TrajectoryConfig(), {"org/ramp": {"F2": "gradual"}, "org/step": {"F2": "gradual"}}
+    )
     f2 = table.loc[table.finding == "F2"].set_index("model")
     assert f2.loc["org/ramp", "status"] == "as expected" and f2.loc["org/step", "status"] == "differs"
     assert f2.loc["org/step", "statement"].startswith("sharp") and "expected gradual" in f2.loc["org/step", "statement"]
-    assert "does not hold" not in set(findings(heads).loc[lambda t: t.finding == "F2", "status"])
+    assert "does not hold" not in set(model_findings(heads).loc[lambda t: t.finding == "F2", "status"])
     with pytest.raises(HeadtraceError, match="F3, which is a claim"):
-        findings(heads, None, TrajectoryConfig(), {"org/ramp": {"F3": "holds"}})
+        model_findings(heads, None, TrajectoryConfig(), {"org/ramp": {"F3": "holds"}})
     with pytest.raises(HeadtraceError, match="'steep' is not one of: sharp, gradual"):
-        findings(heads, None, TrajectoryConfig(), {"org/ramp": {"F2": "steep"}})
+        model_findings(heads, None, TrajectoryConfig(), {"org/ramp": {"F2": "steep"}})
 
 
 def test_panel_expectation_reaches_findings_and_the_report(tmp_path, monkeypatch):
@@ -338,7 +340,7 @@ def test_two_models_in_one_results_directory(tmp_path):
     table = write_findings(tmp_path)
     status = table.set_index(["model", "finding"])["status"]
     assert status["org/sharp", "F2"] == "sharp" and status["org/ramp", "F2"] == "gradual"
-    assert len(table) == 12 and (tmp_path / "findings.md").exists()
+    assert len(table) == 2 * 7 and (tmp_path / "findings.md").exists()  # F1-F7 per model
     assert pd.read_parquet(tmp_path / "findings.parquet").equals(table)
     revisions = revision_table(*read_results(tmp_path))
     assert list(revisions.loc[revisions.model == "org/ramp", "revision"]) == ["step1", "step2", "step4", "step8"]
@@ -375,7 +377,7 @@ def test_findings_on_real_screen_output(tmp_path):
         assert list(table[column]) == list(runs[screened])
     assert list(table.screen_gu_sink_fraction) == list(runs.gu_sink_fraction)
     assert list(table.top1) == list(runs.top1) and table.null_p99.notna().all()
-    assert list(write_findings(tmp_path).finding) == ["F1", "F2", "F3", "F4", "F5", "F6"]
+    assert list(write_findings(tmp_path).finding) == ["F1", "F2", "F3", "F4", "F5", "F6", "F7"]
 
 
 def test_tokens_read_the_same_in_findings_reports_and_the_command_line():

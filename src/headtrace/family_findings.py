@@ -1,24 +1,24 @@
 """Seed families' findings across their seeds (docs/definitions.md, "Seed families").
 
-Findings are computed per member as for any model (trajectory.py), then summarised per family
+Findings are computed per member as for any model (finding_kinds.py), then summarised per family
 (`with_family_rows`): how many seeds each finding holds for or is measurable in, and the median and
-range over seeds of its figures; which heads form each seed's own circuit, and when; every
-milestone's tokens across seeds. Who belongs to which family comes from the run records' `family`
-and `seed` columns (`members`); what a member lacks, from the gaps the panel recorded (families.Gap).
+range over seeds of the figures its unit names (`FindingKind.across_seeds`); which heads form each
+seed's own circuit, and when; every milestone's tokens across seeds. Who belongs to which family
+comes from the run records' `family` and `seed` columns (`members`); what a member lacks, from the
+gaps the panel recorded (families.Gap).
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
-import numpy as np
 import pandas as pd
 
 from headtrace.errors import HeadtraceError
 from headtrace.families import Gap
+from headtrace.finding_kinds import FINDINGS, SeedFinding, Spread, get, show_count
 from headtrace.trajectory import (
     AS_EXPECTED,
     DIFFERS,
@@ -90,52 +90,6 @@ def across_seeds(panels: Sequence[ModelTrajectory], column: str) -> pd.DataFrame
 # Findings across seeds.
 
 
-@dataclass(frozen=True)
-class Spread:
-    """One figure over a family's seeds: its median and range over the seeds that have it."""
-
-    values: dict[int, float]  # seed -> value (finite values only)
-
-    @classmethod
-    def of(cls, values: dict[int, float | None]) -> "Spread":
-        return cls({s: float(v) for s, v in values.items() if v is not None and np.isfinite(v)})
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    def as_dict(self) -> dict:
-        data = np.array(list(self.values.values()), dtype=float)
-        return {
-            "per_seed": {str(s): v for s, v in self.values.items()},
-            "n": self.n,
-            "median": float(np.median(data)) if self.n else None,
-            "low": float(data.min()) if self.n else None,
-            "high": float(data.max()) if self.n else None,
-        }
-
-    def text(self, show: Callable[[float], str], of: int | None = None) -> str:
-        """'1.1B [0.9B-1.3B] (9/10 seeds)': median [range] (seeds that have it / all); 'no seed' when empty."""
-        if not self.n:
-            return "no seed"
-        d = self.as_dict()
-        over = f"{self.n}/{of}" if of is not None and of != self.n else str(self.n)
-        dash = " to " if d["low"] < 0 else "-"
-        return f"{show(d['median'])} [{show(d['low'])}{dash}{show(d['high'])}] ({over} seed{'s' if self.n > 1 else ''})"
-
-
-def _share(value: float) -> str:
-    return f"{value:.1%}"
-
-
-def _ratio(value: float) -> str:
-    return f"{value:.3g}x"
-
-
-def _count(value: float) -> str:
-    return f"{value:g}"
-
-
 def tally(statuses: dict[int, str]) -> tuple[str, str, dict]:
     """A family's status ('holds in 8/9': the commonest outcome over the seeds where the finding is
     measurable), the counts as text, and as numbers."""
@@ -152,117 +106,10 @@ def tally(statuses: dict[int, str]) -> tuple[str, str, dict]:
     return status, text, {"counts": dict(counts), "n_seeds": len(statuses), "n_measurable": measurable}
 
 
-def _per_seed(rows: pd.DataFrame, code: str) -> dict[int, tuple[str, dict, str]]:
+def _per_seed(rows: pd.DataFrame, code: str) -> dict[int, SeedFinding]:
     """seed -> (status, numbers, statement) of one finding's per-seed rows."""
     found = rows.loc[rows.finding == code]
-    return {int(r.seed): (r.status, json.loads(r.numbers), r.statement) for r in found.itertuples()}
-
-
-def _get(numbers: dict, *path):
-    for key in path:
-        if not isinstance(numbers, dict) or key not in numbers:
-            return None
-        numbers = numbers[key]
-    return numbers
-
-
-def _finding_figures(
-    code: str, per: dict[int, tuple[str, dict, str]], config: TrajectoryConfig
-) -> tuple[dict, list[str]]:
-    """The figures of one finding summarised over seeds: numbers, and statement fragments."""
-    numbers, parts = {}, []
-    n = len(per)
-
-    def spread(name: str, values: dict, show: Callable[[float], str], label: str) -> None:
-        s = Spread.of(values)
-        numbers[name] = s.as_dict()
-        if s.n:
-            parts.append(f"{label}: {s.text(show, n)}")
-
-    if code == "F1":
-        spread(
-            "floor_sink_heads",
-            {s: _get(v, "floor_sink_heads") for s, (_, v, _) in per.items()},
-            _count,
-            f"sink head-revisions in layers 0-{config.floor_layers - 1}",
-        )
-        spread(
-            "low_layers_never",
-            {s: (len(v["low_layers_never"]) if "low_layers_never" in v else None) for s, (_, v, _) in per.items()},
-            _count,
-            "low layers without any sink head",
-        )
-    elif code == "F2":
-        shapes = Counter(v["verdict"] for _, v, _ in per.values() if "verdict" in v)
-        numbers["shapes"] = {shape: shapes.get(shape, 0) for shape in (SHARP, GRADUAL)}
-        measured = sum(shapes.values())
-        if measured and any(st in (AS_EXPECTED, DIFFERS) for st, _, _ in per.values()):
-            parts.append(f"sharp in {shapes.get(SHARP, 0)}/{measured}, gradual in {shapes.get(GRADUAL, 0)}/{measured}")
-        spread(
-            "share",
-            {s: _get(v, "share") for s, (_, v, _) in per.items()},
-            lambda x: f"{x:.0%}",
-            "largest jump's share of the rise",
-        )
-        spread(
-            "jump_to_tokens",
-            {s: _get(v, "jump_to_tokens") for s, (_, v, _) in per.items()},
-            tokens_label,
-            "largest jump ends at",
-        )
-    elif code == "F3":
-        spread("ratio", {s: _get(v, "ratio") for s, (_, v, _) in per.items()}, _ratio, "ratio")
-        spread(
-            "induction_tokens",
-            {s: _get(v, "induction", "tokens") for s, (_, v, _) in per.items()},
-            tokens_label,
-            "induction milestone",
-        )
-        spread(
-            "sink_tokens",
-            {s: _get(v, "sink", "tokens") for s, (_, v, _) in per.items()},
-            tokens_label,
-            "sink milestone",
-        )
-    elif code == "F4":
-        spread(
-            "circuit_size",
-            {s: (len(v["final_circuit"]) if "final_circuit" in v else None) for s, (_, v, _) in per.items()},
-            _count,
-            "final circuit heads",
-        )
-        levels = sorted(
-            {k for _, v, _ in per.values() for k in v.get("levels", {})}, key=lambda k: float(k.rstrip("%"))
-        )
-        numbers["levels"] = {}
-        for level in levels:
-            share = Spread.of({s: _get(v, "levels", level, "share") for s, (_, v, _) in per.items()})
-            tokens = Spread.of({s: _get(v, "levels", level, "tokens") for s, (_, v, _) in per.items()})
-            numbers["levels"][level] = {"share": share.as_dict(), "tokens": tokens.as_dict()}
-            if share.n:
-                parts.append(f"share of training at recall >= {level}: {share.text(_share, n)}")
-    elif code == "F5":
-        spread(
-            "median_lead_revisions",
-            {s: _get(v, "median_lead_revisions") for s, (_, v, _) in per.items()},
-            _count,
-            "median lead (revisions)",
-        )
-        fragile = sorted(s for s, (_, v, _) in per.items() if v.get("fragile"))
-        numbers["fragile"] = fragile
-        if numbers["median_lead_revisions"]["n"]:
-            parts.append(f"fragile in {len(fragile)}/{numbers['median_lead_revisions']['n']}")
-    elif code == "F6":
-        members = {s: _get(v, "circuit_memberships") for s, (_, v, _) in per.items()}
-        below = {s: _get(v, "below_null") for s, (_, v, _) in per.items()}
-        numbers["circuit_memberships"] = int(sum(v for v in members.values() if v is not None))
-        numbers["below_null"] = {str(s): v for s, v in below.items() if v is not None}
-        if numbers["below_null"]:
-            parts.append(
-                f"{sum(numbers['below_null'].values())} of {numbers['circuit_memberships']} circuit "
-                "memberships below the null"
-            )
-    return numbers, parts
+    return {int(r.seed): SeedFinding(r.status, json.loads(r.numbers), r.statement) for r in found.itertuples()}
 
 
 def _missing_clause(gaps: Sequence[Gap]) -> str:
@@ -280,7 +127,7 @@ def _finding_row(family: str, code: str, rows: pd.DataFrame, config: TrajectoryC
     per = _per_seed(rows, code)
     first = rows.loc[rows.finding == code].iloc[0]
     status, counts_text, numbers = tally({s: st for s, (st, _, _) in per.items()})
-    figures, parts = _finding_figures(code, per, config)
+    figures, parts = FINDINGS.get(code).across_seeds(per, config) if code in FINDINGS else ({}, [])
     why: dict[str, list[int]] = {}
     for seed, (st, _, text) in per.items():
         if st == NOT_MEASURABLE:
@@ -337,7 +184,7 @@ def _circuit_row(
     reached = stones.loc[stones.milestone == name].set_index("model")["tokens"]
     formed = Spread.of({s: reached.get(m) for s, m in seeds.items()})
     f4 = _per_seed(rows, "F4")
-    complete = Spread.of({s: _get(v, "levels", "100%", "tokens") for s, (_, v, _) in f4.items()})
+    complete = Spread.of({s: get(v, "levels", "100%", "tokens") for s, (_, v, _) in f4.items()})
     with_circuit = sum(1 for c in circuits.values() if c)
     numbers = {
         "heads": {str(s): c for s, c in circuits.items()},
@@ -353,7 +200,7 @@ def _circuit_row(
     statement = (
         f"{with_circuit}/{n} seeds have a final circuit "
         f"(>= {config.thresholds.induction_threshold:g}x at the seed's last revision); "
-        f"heads in it: {size.text(_count, n)}"
+        f"heads in it: {size.text(show_count, n)}"
         + (f"; {where}" if where else "")
         + (f"; {name}: {formed.text(tokens_label, n)}" if formed.n else "")
         + (
@@ -406,9 +253,9 @@ def with_family_rows(
     config: TrajectoryConfig = TrajectoryConfig(),
     gaps: Sequence[Gap] = (),
 ) -> pd.DataFrame:
-    """`trajectory.findings`' per-model table with `family` and `seed` columns and, per family, one row
-    per finding (F1-F6, circuit, milestones) summarised across seeds (model null). Unchanged when
-    the results hold no family."""
+    """`findings.model_findings`' per-model table with `family` and `seed` columns and, per family, one
+    row per finding summarised across seeds by its registered unit (finding_kinds.FINDINGS), then
+    `circuit` and `milestones` (model null). Unchanged when the results hold no family."""
     families = members(runs) if runs is not None else {}
     if not families:
         return table

@@ -1,6 +1,7 @@
 """The findings of a results folder, as `headtrace findings` writes them and the report draws them:
-per model (trajectory.findings, with the expectations kept in DIR/expect.json), then per seed
-family across its seeds (family_findings.with_family_rows, with the gaps DIR/manifest.json records).
+per model, every registered finding (finding_kinds.FINDINGS, with the expectations kept in
+DIR/expect.json), then per seed family across its seeds (family_findings.with_family_rows, with the
+gaps DIR/manifest.json records).
 """
 
 from __future__ import annotations
@@ -13,17 +14,53 @@ import pandas as pd
 
 from headtrace.families import Gap, read_gaps
 from headtrace.family_findings import family_markdown, model_rows, with_family_rows
+from headtrace.finding_kinds import FINDINGS, Expectations, check_expectations, read_expectations
 from headtrace.store import ResultsDir, write_parquet_atomic, write_text_atomic, writing_results
 from headtrace.trajectory import (
-    Expectations,
     TrajectoryConfig,
-    check_expectations,
-    findings,
+    _to_json,
+    compare_expected,
     findings_markdown,
     milestones,
-    read_expectations,
+    model_trajectories,
     revision_table,
 )
+
+COLUMNS = ["model", "finding", "title", "status", "statement", "claim", "numbers"]
+
+
+def model_findings(
+    heads: pd.DataFrame,
+    runs: pd.DataFrame | None = None,
+    config: TrajectoryConfig = TrajectoryConfig(),
+    expect: Expectations | None = None,
+) -> pd.DataFrame:
+    """One row per model x registered finding: status, one-line statement, claim, and its numbers as JSON.
+
+    `expect`: per model, the expected result of a measurement finding (F2: sharp or gradual); its
+    status then says `as expected` or `differs`."""
+    config.validate()
+    expect = expect or {}
+    check_expectations(expect)
+    kinds = FINDINGS.kinds()
+    rows = []
+    for panel in model_trajectories(heads, runs, config):
+        for kind in kinds:
+            found = kind.compute(panel, config)
+            if kind.expectable:
+                found = compare_expected(found, expect.get(panel.name, {}).get(found.code))
+            rows.append(
+                {
+                    "model": panel.name,
+                    "finding": found.code,
+                    "title": found.title,
+                    "status": found.status,
+                    "statement": found.statement,
+                    "claim": found.claim,
+                    "numbers": _to_json(found.numbers),
+                }
+            )
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def findings_table(
@@ -36,7 +73,8 @@ def findings_table(
     """The findings of (heads, runs), read from `results_dir`: one row per model and finding, then
     each family's rows across seeds (`gaps`: what members lack, default the manifest's)."""
     gaps = read_gaps(results_dir) if gaps is None else gaps
-    return with_family_rows(findings(heads, runs, config, read_expectations(results_dir)), heads, runs, config, gaps)
+    table = model_findings(heads, runs, config, read_expectations(results_dir))
+    return with_family_rows(table, heads, runs, config, gaps)
 
 
 def write_findings(

@@ -61,6 +61,7 @@ from headtrace.executors import (
     TaskSettings,
 )
 from headtrace.families import Gap, check_new_members, expand, groups, manifest_entry, select_members
+from headtrace.finding_kinds import check_expectations
 from headtrace.organism.config import ORGANISM_FILE, Organism
 from headtrace.schema import DTYPES, FLAT_TYPES, ScreenConfig
 from headtrace.revisions import NameMap, selection_notes
@@ -76,7 +77,6 @@ from headtrace.store import (
     utc_now,
     write_manifest,
 )
-from headtrace.trajectory import check_expectations
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ class Panel:
 
     @property
     def expectations(self) -> dict[str, dict[str, str]]:
-        """Per model, the expected result of each measurement finding it names (trajectory.findings)."""
+        """Per model, the expected result of each measurement finding it names (finding_kinds.FINDINGS)."""
         return {m.id: dict(m.expect) for m in self.models if m.expect}
 
 

@@ -1,6 +1,6 @@
-"""Named registries: how a probe, a checkpoint source, an executor or a per-checkpoint stage is
-found from the name a panel file or a CLI option gives. Adding one is registering it; nothing
-that chooses among them needs editing (docs/architecture.md)."""
+"""Named registries: how a probe, a checkpoint source, an executor, a per-checkpoint stage, a finding
+or a report figure is found from the name a panel file, a CLI option or a finding's code gives.
+Adding one is registering it; nothing that chooses among them needs editing (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 Input: the (heads, runs) tables of `store.read_results`, any number of models, each model's
 revisions ordered by training tokens. Output: class counts per revision and per layer, milestones,
-and the study's findings F1-F6 as one table, each judged by an explicit criterion whose thresholds
-live in `TrajectoryConfig`.
+and the study's findings F1-F6, each judged by an explicit criterion whose thresholds live in
+`TrajectoryConfig` (finding_kinds.py registers them as units, with F7, and assembles the table).
 
 Counts come in two kinds, named apart: `screen_*` columns are the all-head screens (a head may be
 in several: induction circuit >= 50x, previous-token circuit = best class previous-token and >= 100x
@@ -50,8 +50,6 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Mapping
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -59,12 +57,11 @@ import pandas as pd
 from headtrace.errors import HeadtraceError
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.schema import Thresholds, add_labels
-from headtrace.store import ResultsDir, training_order
+from headtrace.store import training_order
 
 HOLDS, DOES_NOT_HOLD, NOT_MEASURABLE = "holds", "does not hold", "not measurable"
 SHARP, GRADUAL = "sharp", "gradual"  # F2 is a measurement: its status is the shape ...
 AS_EXPECTED, DIFFERS = "as expected", "differs"  # ... or, given an expected shape, the comparison
-EXPECTABLE: dict[str, tuple[str, ...]] = {"F2": (SHARP, GRADUAL)}  # findings a panel may state an expectation for
 PR_RISE_RANGE: tuple[float, ...] = tuple(np.round(np.linspace(0.25, 0.75, 11), 2))  # F5 sensitivity grid
 SCREENS: tuple[str, ...] = ("induction_circuit", "previous_circuit", "previous_any", "sink", "gu_sink")
 LABELS: tuple[tuple[str, str], ...] = tuple(CLASS_KEYS.items()) + (("unclassified", "unclassified"),)
@@ -319,13 +316,17 @@ def _at(panel: ModelTrajectory, i: int | None) -> str:
     return "never" if i is None else f"{panel.names[i]} ({tokens_label(panel.tokens[i])})"
 
 
+def floor_claim(config: TrajectoryConfig) -> str:
+    return (
+        f"no sink head (first-token >= {config.thresholds.sink_threshold:g}x) in layers 0-{config.floor_layers - 1} "
+        "at any revision"
+    )
+
+
 def floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F1: sink heads per layer at every revision; the low layers that never have one."""
     floor_layers = list(range(config.floor_layers))
-    claim = (
-        f"no sink head (first-token >= {config.thresholds.sink_threshold:g}x) in layers 0-{floor_layers[-1]} "
-        "at any revision"
-    )
+    claim = floor_claim(config)
     per_layer = panel.layers.pivot(index="revision", columns="layer", values="screen_sink").reindex(panel.names)
     numbers = {"sink_heads_per_layer": {rev: [int(v) for v in row] for rev, row in per_layer.iterrows()}}
     found = per_layer.sum(axis=0)
@@ -360,12 +361,16 @@ def _largest_rise(values: np.ndarray) -> float:
     return float(np.max(values - np.minimum.accumulate(values)))
 
 
-def shape(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
-    """F2: the shape of the whole-model sink fraction, `sharp` or `gradual` (a measurement, no verdict)."""
-    claim = (
+def shape_claim(config: TrajectoryConfig) -> str:
+    return (
         f"shape of the sink-fraction trajectory: sharp when the largest adjacent-revision rise is >= "
         f"{config.sharp_share:.0%} of the total rise, else gradual"
     )
+
+
+def shape(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
+    """F2: the shape of the whole-model sink fraction, `sharp` or `gradual` (a measurement, no verdict)."""
+    claim = shape_claim(config)
     fractions = panel.revisions["screen_sink_fraction"].to_numpy(dtype=float)
     numbers = {"sink_fraction": dict(zip(panel.names, fractions.tolist()))}
     if len(fractions) < 2:
@@ -419,11 +424,17 @@ def compare_expected(found: Finding, expected: str | None) -> Finding:
     )
 
 
+def timing_claim(config: TrajectoryConfig) -> str:
+    sink = _sink_milestone(config.timing_sink_fraction)[0]
+    induction = _induction_milestone(config.timing_induction_count, config)[0]
+    return f"sinks spread after the induction circuit forms: tokens({sink}) / tokens({induction}) > 1"
+
+
 def timing(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     """F3: tokens(sink >= 50%) / tokens(induction >= 3 heads), bracketed by the revision grid."""
     sink_spec = _sink_milestone(config.timing_sink_fraction)
     induction_spec = _induction_milestone(config.timing_induction_count, config)
-    claim = f"sinks spread after the induction circuit forms: tokens({sink_spec[0]}) / tokens({induction_spec[0]}) > 1"
+    claim = timing_claim(config)
     if len(panel.names) < 2:
         return Finding("F3", "timing", claim, NOT_MEASURABLE, ONE_REVISION, {})
     sink = first_reaching(panel.revisions, *sink_spec)
@@ -491,12 +502,16 @@ def _no_trajectory(panel: ModelTrajectory, config: TrajectoryConfig) -> str:
     return f"no head at {config.thresholds.induction_threshold:g}x at the last revision ({panel.names[-1]})"
 
 
-def early_identification(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
-    """F4: recall of the final induction circuit per revision; first revisions at each level."""
-    claim = (
+def early_claim(config: TrajectoryConfig) -> str:
+    return (
         f"the final induction circuit is identified early: recall >= {config.early_recall:.0%} within the first "
         f"{config.early_share:.0%} of training tokens"
     )
+
+
+def early_identification(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
+    """F4: recall of the final induction circuit per revision; first revisions at each level."""
+    claim = early_claim(config)
     circuit = final_circuit(panel, config)
     if len(panel.names) < 2 or not circuit:
         return Finding("F4", "early identification", claim, NOT_MEASURABLE, _no_trajectory(panel, config), {})
@@ -623,13 +638,17 @@ def _sensitivity_text(rows: dict[float, dict]) -> str:
     return f"{where}: {median_range}; fragile, the verdict flips ({parts})"
 
 
-def spectral_lead(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
-    """F5: per final-circuit head, first revision with elevated PR vs first selectivity crossing."""
-    claim = (
+def spectral_claim(config: TrajectoryConfig) -> str:
+    return (
         "PR rises at or before the revision where induction selectivity crosses "
         f"{config.thresholds.induction_threshold:g}x (median lead >= 0 revisions; elevated = PR >= "
         f"{config.pr_rise_fraction:g} of its largest rise above its running minimum)"
     )
+
+
+def spectral_lead(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
+    """F5: per final-circuit head, first revision with elevated PR vs first selectivity crossing."""
+    claim = spectral_claim(config)
     circuit = final_circuit(panel, config)
     if len(panel.names) < 2 or not circuit:
         return Finding("F5", "spectral lead", claim, NOT_MEASURABLE, _no_trajectory(panel, config), {})
@@ -663,12 +682,16 @@ def spectral_lead(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     return Finding("F5", "spectral lead", claim, _lead_verdict(median), statement, numbers)
 
 
-def noise_floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
-    """F6: null-selectivity p99 per revision and induction heads above it."""
-    claim = (
+def noise_claim(config: TrajectoryConfig) -> str:
+    return (
         f"every induction-circuit head (>= {config.thresholds.induction_threshold:g}x) lies above its revision's null "
         f"p{config.null_quantile * 100:g}"
     )
+
+
+def noise_floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
+    """F6: null-selectivity p99 per revision and induction heads above it."""
+    claim = noise_claim(config)
     p99 = panel.revisions["null_p99"].to_numpy(dtype=float)
     numbers = {
         "null_p99": dict(zip(panel.names, p99.tolist())),
@@ -701,9 +724,6 @@ def noise_floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
     return Finding("F6", "noise floor", claim, HOLDS if n_below == 0 else DOES_NOT_HOLD, statement, numbers)
 
 
-FINDINGS = (floor, shape, timing, early_identification, spectral_lead, noise_floor)
-
-
 def model_trajectories(
     heads: pd.DataFrame, runs: pd.DataFrame | None = None, config: TrajectoryConfig = TrajectoryConfig()
 ) -> list[ModelTrajectory]:
@@ -720,55 +740,6 @@ def model_trajectories(
         )
         for model in revisions["model"].unique()
     ]
-
-
-Expectations = Mapping[str, Mapping[str, str]]  # model -> finding code -> expected result (EXPECTABLE)
-
-
-def findings(
-    heads: pd.DataFrame,
-    runs: pd.DataFrame | None = None,
-    config: TrajectoryConfig = TrajectoryConfig(),
-    expect: Expectations | None = None,
-) -> pd.DataFrame:
-    """One row per model x finding: status, one-line statement, claim, and its numbers as JSON.
-
-    `expect`: per model, the expected result of a measurement finding (F2: sharp or gradual); its
-    status then says `as expected` or `differs`."""
-    config.validate()
-    expect = expect or {}
-    check_expectations(expect)
-    rows = []
-    for panel in model_trajectories(heads, runs, config):
-        for compute in FINDINGS:
-            found = compute(panel, config)
-            if found.code in EXPECTABLE:
-                found = compare_expected(found, expect.get(panel.name, {}).get(found.code))
-            rows.append(
-                {
-                    "model": panel.name,
-                    "finding": found.code,
-                    "title": found.title,
-                    "status": found.status,
-                    "statement": found.statement,
-                    "claim": found.claim,
-                    "numbers": _to_json(found.numbers),
-                }
-            )
-    return pd.DataFrame(rows, columns=["model", "finding", "title", "status", "statement", "claim", "numbers"])
-
-
-def check_expectations(expect: Expectations) -> None:
-    """Every expectation names a finding that is a measurement and one of its possible results."""
-    for model, codes in expect.items():
-        for code, value in codes.items():
-            if code not in EXPECTABLE:
-                raise HeadtraceError(
-                    f"{model}: expect names {code}, which is a claim with a verdict; "
-                    f"expected results are for measurements: {', '.join(EXPECTABLE)}"
-                )
-            if value not in EXPECTABLE[code]:
-                raise HeadtraceError(f"{model}: expect {code} = '{value}' is not one of: {', '.join(EXPECTABLE[code])}")
 
 
 def _to_json(numbers: dict) -> str:
@@ -825,16 +796,3 @@ def findings_markdown(table: pd.DataFrame, stones: pd.DataFrame) -> str:
         )
         + "\n"
     )
-
-
-def read_expectations(results_dir: str | Path) -> dict[str, dict[str, str]]:
-    """The expectations stored in DIR/expect.json by `write_findings` (empty when there are none)."""
-    path = ResultsDir(results_dir).expect
-    if not path.is_file():
-        return {}
-    try:
-        expect = json.loads(path.read_text())
-    except ValueError:
-        raise HeadtraceError(f"'{path}' is not valid JSON; delete it or pass the panel again with --panel") from None
-    check_expectations(expect)
-    return expect

@@ -5,9 +5,9 @@ as PNG and SVG (`headtrace report DIR`).
     DIR/report/figures/<key>.png   each figure for a paper (200 dpi)
     DIR/report/figures/<key>.svg
 
-Every number drawn comes from trajectory's tables (revision and layer counts, milestones,
-findings F1-F6, final circuit, recall) under one `TrajectoryConfig`, so the page agrees with
-`headtrace findings`. Layout: `data` (what each figure draws), `figures` (matplotlib), `page` (HTML).
+Every number drawn comes from trajectory's tables (revision and layer counts, milestones, final
+circuit, recall) and the registered findings' numbers under one `TrajectoryConfig`, so the page
+agrees with `headtrace findings`. Layout: `data` (what each figure draws), `figures` (matplotlib), `page` (HTML).
 """
 
 from __future__ import annotations

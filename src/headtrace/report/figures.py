@@ -3,13 +3,18 @@ hover tips for the page (one text per drawn shape), and a matplotlib figure save
 
 A figure that cannot be drawn (no PR, one revision, no ablations) is a `Plot` with a `note`
 saying why, so the page shows the gap where the figure would be.
+
+`FIGURES` registers them in page order: drawn once for the panel, once per seed family or once per
+model. A finding's figure is registered under the finding's code (`register_figure`), and drawn only
+where the findings table holds that finding, so a finding from outside headtrace brings its figure
+without an edit here.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import matplotlib
 import numpy as np
@@ -41,6 +46,7 @@ from headtrace.report.data import (
     trajectory_heads,
 )
 from headtrace.probes import CLASS_KEYS, CLASSES
+from headtrace.registry import Registry
 from headtrace.store import slug
 from headtrace.trajectory import ModelTrajectory, recall, tokens_label
 
@@ -77,6 +83,7 @@ class Plot:
     figure: Figure | None = None
     note: str = ""  # why the figure is not drawn (figure is None)
     tips: dict[str, list[str]] = field(default_factory=dict)
+    beside: bool = False  # the page sets it beside the figure before it
 
     def tip(self, artist, texts: Sequence[str]) -> None:
         gid = f"tip{len(self.tips)}"
@@ -1021,15 +1028,124 @@ def family_circuits_plot(data: ReportData, family: str) -> Plot:
     return plot
 
 
+# --------------------------------------------------------------------------------------------
+# F7: sink onset over depth.
+
+
+def onset_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
+    """F7: the first revision at which each layer holds a sink head, over depth (beside the heatmap)."""
+    c = data.config
+    row, numbers = finding(data, panel.name, "F7")
+    plot = Plot(
+        f"onset-{slug(panel.name)}",
+        f"{panel.name}: sink onset over depth (F7)",
+        (
+            f"For each layer at or above the F1 floor (layers 0-{c.floor_layers - 1}, shaded), the first revision "
+            f"(training order) at which it holds a sink head (first-token selectivity >= "
+            f"{c.thresholds.sink_threshold:g}x); 'never' at the right. Red stars: the earliest layers, dotted red: "
+            "their median layer; green band: the middle of the depth; dashed: the median onset. F7 "
+            f"{row.status}: {row.statement}."
+        ),
+        beside=True,
+    )
+    onset = {int(layer): i for layer, i in numbers.get("onset", {}).items()}
+    if not onset or "median_onset" not in numbers:
+        plot.note = row.statement
+        return plot
+    n, n_layers = numbers["n_revisions"], numbers["n_layers"]
+    earliest = set(numbers["earliest_layers"])
+    fig = _figure(3.6, max(2.8, 0.2 * n_layers + 1.6))
+    ax = fig.add_subplot()
+    ax.axhspan(0, c.floor_layers, color="0.85", lw=0)
+    ax.axhline(c.floor_layers, color="C2", ls="--", lw=1.4)
+    low, high = numbers["middle"]
+    ax.axhspan(low + 0.5, high + 0.5, color="C2", alpha=0.12, lw=0)  # layer l is drawn at l + 0.5
+    ax.axhline(numbers["median_earliest_layer"] + 0.5, color="C3", ls=":", lw=1.2)
+    layers = sorted(onset)
+    x, y = np.array([onset[layer] for layer in layers], dtype=float), np.array(layers, dtype=float) + 0.5
+    ax.plot(x, y, color="0.6", lw=0.8, zorder=1)
+    tokens = dict(zip(panel.names, panel.tokens))
+    for chosen, style in (
+        ([layer for layer in layers if layer in earliest], {"marker": "*", "s": 90, "color": "C3"}),
+        ([layer for layer in layers if layer not in earliest and onset[layer] < n], {"s": 22, "color": "k"}),
+        ([layer for layer in layers if onset[layer] >= n], {"marker": "x", "s": 22, "color": "0.5"}),
+    ):
+        if not chosen:
+            continue
+        points = ax.scatter([onset[layer] for layer in chosen], [layer + 0.5 for layer in chosen], zorder=3, **style)
+        plot.tip(
+            points,
+            [
+                f"layer {layer}: "
+                + (
+                    f"first sink head at {revision_label(panel.names[onset[layer]], tokens[panel.names[onset[layer]]])}"
+                    if onset[layer] < n
+                    else "never holds a sink head"
+                )
+                for layer in chosen
+            ],
+        )
+    ax.axvline(numbers["median_onset"], color="k", ls="--", lw=0.9)
+    step = max(1, math.ceil((n + 1) / 12))
+    ticks = list(range(0, n, step))
+    ax.set_xticks(ticks + [n], [panel.names[i] for i in ticks] + ["never"], rotation=45, ha="right", fontsize=6.5)
+    ax.set_xlim(-0.5, n + 0.5)
+    ax.set_ylim(0, n_layers)
+    every = max(1, n_layers // 16)
+    ax.set_yticks(np.arange(0, n_layers, every) + 0.5, [str(layer) for layer in range(0, n_layers, every)])
+    ax.set_xlabel("first revision with a sink head")
+    ax.set_ylabel("layer")
+    plot.figure = fig
+    return plot
+
+
+# --------------------------------------------------------------------------------------------
+# The registry of figures, in page order.
+
+
+@dataclass(frozen=True)
+class FigureKind:
+    """How to draw one figure: `draw(data)` once for the panel, `draw(data, family)` per seed family,
+    or `draw(data, panel)` per model; `finding`: the finding it shows, if any."""
+
+    draw: Callable[..., Plot]
+    per: str = "model"  # "panel", "family" or "model"
+    finding: str | None = None
+
+
+FIGURES: Registry[FigureKind] = Registry("report figure")
+
+
+def register_figure(code: str, draw: Callable[..., Plot], per: str = "model") -> FigureKind:
+    """Register the figure of the finding `code`; it is drawn where the findings table holds it."""
+    if per not in ("panel", "family", "model"):
+        raise ValueError(f"per must be panel, family or model (got {per!r})")
+    return FIGURES.add(code, FigureKind(draw, per, code))
+
+
+FIGURES.add("sink-fraction", FigureKind(sink_fraction_plot, "panel"))
+register_figure("F3", milestones_plot, "panel")
+FIGURES.add("circuits", FigureKind(family_circuits_plot, "family"))
+register_figure("F1", sink_layers_plot)
+register_figure("F7", onset_plot)
+FIGURES.add("labels", FigureKind(labels_plot))
+FIGURES.add("induction", FigureKind(induction_plot))
+register_figure("F5", spectral_plot)
+register_figure("F4", recall_plot)
+
+
+def _drawn(data: ReportData, per: str) -> list[FigureKind]:
+    held = set(data.findings.finding)
+    kinds = [FIGURES.get(key) for key in FIGURES]
+    return [k for k in kinds if k.per == per and (k.finding is None or k.finding in held)]
+
+
 def panel_plots(data: ReportData) -> list[Plot]:
-    return [sink_fraction_plot(data), milestones_plot(data)] + [family_circuits_plot(data, f) for f in data.families]
+    """The panel-wide figures, then each seed family's."""
+    return [kind.draw(data) for kind in _drawn(data, "panel")] + [
+        kind.draw(data, family) for family in data.families for kind in _drawn(data, "family")
+    ]
 
 
 def model_plots(data: ReportData, panel: ModelTrajectory) -> list[Plot]:
-    return [
-        sink_layers_plot(data, panel),
-        labels_plot(data, panel),
-        induction_plot(data, panel),
-        spectral_plot(data, panel),
-        recall_plot(data, panel),
-    ]
+    return [kind.draw(data, panel) for kind in _drawn(data, "model")]

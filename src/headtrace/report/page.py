@@ -87,7 +87,17 @@ def _table(frame: pd.DataFrame) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
-def _figure(plot: Plot, svg: str, number: int) -> str:
+def _attribute(name: str, value: str) -> str:
+    return f' {name}="{_e(value)}"' if value else ""
+
+
+def _share(plot: Plot) -> str:
+    """A figure's share of a row it shares: as wide as the figure is (in inches)."""
+    width = plot.figure.get_figwidth() if plot.figure is not None else 3.0
+    return f"flex: {width:.2f} 1 0"
+
+
+def _figure(plot: Plot, svg: str, number: int, style: str = "") -> str:
     body = f'<div class="canvas">{svg}</div>' if svg else f'<p class="gap">Not drawn: {_e(plot.note)}</p>'
     files = (
         f' <span class="files"><a href="figures/{plot.key}.png">PNG</a> &middot; '
@@ -96,7 +106,8 @@ def _figure(plot: Plot, svg: str, number: int) -> str:
         else ""
     )
     return (
-        f'<figure class="plot" id="fig-{plot.key}">{body}<figcaption><b>Figure {number}. {_e(plot.title)}.</b> '
+        f'<figure class="plot" id="fig-{plot.key}"{_attribute("style", style)}>{body}'
+        f"<figcaption><b>Figure {number}. {_e(plot.title)}.</b> "
         f"{_e(plot.caption)}{files}</figcaption></figure>"
     )
 
@@ -224,7 +235,18 @@ def page(
     counter = itertools.count(1)
 
     def figures(plots: list[Plot]) -> str:
-        return "".join(_figure(p, svgs[p.key], next(counter)) for p in plots)
+        numbered = [(p, next(counter)) for p in plots]
+        shown, i = [], 0
+        while i < len(numbered):
+            pair = numbered[i : i + 2] if i + 1 < len(numbered) and numbered[i + 1][0].beside else numbered[i : i + 1]
+            if len(pair) == 2:  # one row, each figure's share of it as wide as the figure
+                shown.append(
+                    '<div class="beside">' + "".join(_figure(p, svgs[p.key], k, _share(p)) for p, k in pair) + "</div>"
+                )
+            else:
+                shown.append(_figure(pair[0][0], svgs[pair[0][0].key], pair[0][1]))
+            i += len(pair)
+        return "".join(shown)
 
     models = [p.name for p in data.panels]
     per_model_gaps = {p.name: model_gaps(p, data.config) for p in data.panels}
@@ -236,7 +258,7 @@ def page(
     )
     sections = [
         f'<section id="overview"><h2>Overview</h2>{figures(overview)}</section>',
-        f'<section id="findings"><h2>Findings F1-F6</h2>{_findings(data)}</section>',
+        f'<section id="findings"><h2>Findings</h2>{_findings(data)}</section>',
     ]
     for panel in data.panels:
         names = ", ".join(revision_label(n, t) for n, t in zip(panel.names, panel.tokens))
