@@ -39,12 +39,13 @@ class Candidate:
     d_mlp: int = 384
     rotary_pct: float = 1.0
     # corpus
-    corpus: str = "text"  # text | grammar | zipf (the tiny recipe's background) | classes
+    corpus: str = "text"  # text | grammar | zipf (the tiny recipe's background) | classes | skip
     vocab_size: int = 512
     zipf_exponent: float = 0.5
     seq_len: int = 128  # BOS + 127
     copy_share: float = 0.10  # share of positions inside copied spans (in a sequence with copies)
     copy_sequences: float = 1.0  # share of sequences with copies
+    spans_per_sequence: float | None = None  # copied spans per sequence, on average (None: from copy_share)
     noise_copies: bool = False  # a copied span's source is first refilled with Zipf draws (no grammar predicts it)
     span_min: int = 6
     span_max: int = 16
@@ -55,6 +56,15 @@ class Candidate:
     n_classes: int | None = None  # order 2 only: the earlier token enters by its class (id % n_classes)
     grammar_share: float = 0.5  # share of positions drawn from the grammar (else from the topic or Zipf)
     topics: bool = True  # grammar: the non-grammar positions come from a per-sequence topic (else Zipf)
+    # recurring names instead of copied spans: `names` spans of `name_len` tokens, each written
+    # `recurrences` times at random places (a later occurrence has several earlier ones to copy from)
+    names: int = 0
+    name_len: int = 2
+    recurrences: int = 4
+    # skip corpus: the next token is the bigram successor of the current one, or the skip successor of
+    # the one before it (a previous-token head that carries the token's identity pays), or a Zipf draw
+    p_bigram: float = 0.4
+    p_skip: float = 0.3
     # optimiser
     steps: int = 2000
     batch_size: int = 16
@@ -65,6 +75,21 @@ class Candidate:
 
 
 T64 = {"seq_len": 64, "vocab_size": 256, "steps": 3000}
+# the tiny recipe's shape and optimiser (3 x 4, d128, wd 0.01, batch 32) on its Zipf background
+TOY3X4 = {
+    **T64,
+    "corpus": "zipf",
+    "span_min": 8,
+    "span_max": 30,
+    "n_layers": 3,
+    "n_heads": 4,
+    "d_model": 128,
+    "d_mlp": 256,
+    "weight_decay": 0.01,
+    "warmup_steps": 50,
+    "batch_size": 32,
+}
+U1024 = {"zipf_exponent": 0.0, "vocab_size": 1024}
 CANDIDATES: dict[str, dict] = {
     "text-6x6": {},
     "g2-d96": {
@@ -136,6 +161,72 @@ CANDIDATES: dict[str, dict] = {
         "warmup_steps": 50,
         "batch_size": 32,
         "steps": 2000,
+    },
+    # How the copy density sets the induction transition, at the tiny recipe's shape and background.
+    **{
+        f"toy3x4-s{name}": {
+            **T64,
+            "corpus": "zipf",
+            "spans_per_sequence": spans,
+            "span_min": 8,
+            "span_max": 30,
+            "n_layers": 3,
+            "n_heads": 4,
+            "d_model": 128,
+            "d_mlp": 256,
+            "weight_decay": 0.01,
+            "warmup_steps": 50,
+            "batch_size": 32,
+        }
+        for name, spans in (("3", 3.0), ("1", 1.0), ("033", 0.33))
+    },
+    # the same 10% of copied positions with a reliable cue: a uniform 1024-token background repeats a
+    # token by chance ~2 times a sequence (Zipf(0.5) over 253: ~13 times, against ~6 copied positions)
+    "toy3x4-u1024-s033": {
+        **T64,
+        "corpus": "zipf",
+        "zipf_exponent": 0.0,
+        "vocab_size": 1024,
+        "spans_per_sequence": 0.33,
+        "span_min": 8,
+        "span_max": 30,
+        "n_layers": 3,
+        "n_heads": 4,
+        "d_model": 128,
+        "d_mlp": 256,
+        "weight_decay": 0.01,
+        "warmup_steps": 50,
+        "batch_size": 32,
+    },
+    # a reliable cue at 10%, with a larger learning rate, or a smaller batch (same tokens)
+    "toy3x4-u1024-s033-lr1e2": {**TOY3X4, **U1024, "spans_per_sequence": 0.33, "lr": 1e-2},
+    "toy3x4-u1024-s033-b8": {**TOY3X4, **U1024, "spans_per_sequence": 0.33, "batch_size": 8, "steps": 12000},
+    # recurring names: ~10% of positions predictable by induction, each with several earlier copies
+    "toy3x4-u1024-names": {**TOY3X4, **U1024, "names": 2, "name_len": 2, "recurrences": 4},
+    # the same 10% of copied positions, bunched: a quarter of the sequences copy as densely as the tiny recipe
+    "toy3x4-burst": {
+        **T64,
+        "corpus": "zipf",
+        "spans_per_sequence": 3.0,
+        "copy_sequences": 0.29,
+        "span_min": 8,
+        "span_max": 30,
+        "n_layers": 3,
+        "n_heads": 4,
+        "d_model": 128,
+        "d_mlp": 256,
+        "weight_decay": 0.01,
+        "warmup_steps": 50,
+        "batch_size": 32,
+    },
+    "skip-c10": {
+        **T64,
+        "corpus": "skip",
+        "noise_copies": True,
+        "copy_share": 0.10,
+        "span_min": 8,
+        "span_max": 16,
+        "batch_size": 32,
     },
     "tri-c10-b32": {
         **T64,
@@ -252,9 +343,27 @@ def zipf(rng: np.random.Generator, c: Candidate, size) -> np.ndarray:
     return rng.choice(c.vocab_size - N_SPECIALS, size=size, p=weights / weights.sum()) + N_SPECIALS
 
 
+def place_names(seq: np.ndarray, rng: np.random.Generator, c: Candidate) -> None:
+    """Write `names` random spans of `name_len` tokens `recurrences` times each, at random
+    non-overlapping places; the tokens after a name stay as they were (only the name recurs)."""
+    slots = len(seq) // (c.name_len + 1)
+    chosen = rng.choice(slots, size=c.names * c.recurrences, replace=False)
+    for k, slot in enumerate(chosen):
+        name = k % c.names
+        if k < c.names:
+            tokens = zipf(rng, c, c.name_len)
+            if k == 0:
+                names = np.empty((c.names, c.name_len), dtype=np.int64)
+            names[name] = tokens
+        start = slot * (c.name_len + 1) + int(rng.integers(0, 2))
+        seq[start : start + c.name_len] = names[name]
+
+
 def copy_spans(seq: np.ndarray, rng: np.random.Generator, c: Candidate) -> None:
     """Copy spans of the sequence further on until about `copy_share` of its positions are copies."""
-    expected = c.copy_share * len(seq) / ((c.span_min + c.span_max) / 2)  # spans per sequence, on average
+    expected = c.spans_per_sequence
+    if expected is None:  # spans per sequence, on average, for the target share
+        expected = c.copy_share * len(seq) / ((c.span_min + c.span_max) / 2)
     n_spans = int(expected) + int(rng.random() < expected - int(expected))
     for _ in range(n_spans):
         length = int(rng.integers(c.span_min, c.span_max + 1))
@@ -294,6 +403,29 @@ class ClassGrammar:
         return seq
 
 
+class SkipGrammar:
+    """Two fixed random maps over the vocabulary: x[i] = next1[x[i-1]] with p_bigram (embeddings
+    alone predict it), x[i] = next2[x[i-2]] with p_skip (a previous-token head must carry x[i-1]'s
+    identity to position i: the component induction reuses), else a Zipf draw."""
+
+    def __init__(self, c: Candidate, seed: int = 1234):
+        rng = np.random.default_rng(seed)
+        self.next1 = rng.integers(N_SPECIALS, c.vocab_size, size=c.vocab_size)
+        self.next2 = rng.integers(N_SPECIALS, c.vocab_size, size=c.vocab_size)
+        self.c = c
+
+    def sequence(self, rng: np.random.Generator, length: int) -> np.ndarray:
+        c = self.c
+        seq = zipf(rng, c, length)
+        mode = rng.random(length)
+        for i in range(1, length):
+            if mode[i] < c.p_bigram:
+                seq[i] = self.next1[seq[i - 1]]
+            elif mode[i] < c.p_bigram + c.p_skip and i >= 2:
+                seq[i] = self.next2[seq[i - 2]]
+        return seq
+
+
 class Corpus:
     def __init__(self, c: Candidate, seed: int):
         self.c, self.seed = c, seed
@@ -304,6 +436,8 @@ class Corpus:
             self.grammar = Grammar(c)
         elif c.corpus == "classes":
             self.grammar = ClassGrammar(c)
+        elif c.corpus == "skip":
+            self.grammar = SkipGrammar(c)
 
     def batch(self, step: int) -> np.ndarray:
         c = self.c
@@ -314,11 +448,13 @@ class Corpus:
             if c.corpus == "text":
                 start = int(rng.integers(0, len(self.stream) - body))
                 seq = self.stream[start : start + body].copy()
-            elif c.corpus in ("grammar", "classes"):
+            elif c.corpus in ("grammar", "classes", "skip"):
                 seq = self.grammar.sequence(rng, body)
             else:
                 seq = zipf(rng, c, body)
-            if rng.random() < c.copy_sequences:
+            if c.names:
+                place_names(seq, rng, c)
+            elif rng.random() < c.copy_sequences:
                 copy_spans(seq, rng, c)
             rows.append(np.concatenate([[BOS], seq]))
         return np.stack(rows)
