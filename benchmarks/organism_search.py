@@ -65,6 +65,7 @@ class Candidate:
     # the one before it (a previous-token head that carries the token's identity pays), or a Zipf draw
     p_bigram: float = 0.4
     p_skip: float = 0.3
+    maps_are_permutations: bool = False  # skip corpus: next1/next2 are permutations (long deterministic chains)
     # optimiser
     steps: int = 2000
     batch_size: int = 16
@@ -203,6 +204,19 @@ CANDIDATES: dict[str, dict] = {
     "toy3x4-u1024-s033-b8": {**TOY3X4, **U1024, "spans_per_sequence": 0.33, "batch_size": 8, "steps": 12000},
     # recurring names: ~10% of positions predictable by induction, each with several earlier copies
     "toy3x4-u1024-names": {**TOY3X4, **U1024, "names": 2, "name_len": 2, "recurrences": 4},
+    # a quiet background: x[i] = next2[x[i-2]] (a permutation) at 98% of positions, so once a
+    # previous-token head has learnt it the background's gradient is nearly silent and the copied
+    # spans' (10%, of uniform noise) dominate Adam's normalised steps
+    "toy3x4-quiet": {
+        **TOY3X4,
+        **U1024,
+        "corpus": "skip",
+        "p_bigram": 0.0,
+        "p_skip": 0.98,
+        "maps_are_permutations": True,
+        "noise_copies": True,
+        "spans_per_sequence": 0.33,
+    },
     # the same 10% of copied positions, bunched: a quarter of the sequences copy as densely as the tiny recipe
     "toy3x4-burst": {
         **T64,
@@ -410,8 +424,13 @@ class SkipGrammar:
 
     def __init__(self, c: Candidate, seed: int = 1234):
         rng = np.random.default_rng(seed)
-        self.next1 = rng.integers(N_SPECIALS, c.vocab_size, size=c.vocab_size)
-        self.next2 = rng.integers(N_SPECIALS, c.vocab_size, size=c.vocab_size)
+        if c.maps_are_permutations:
+            ids = np.arange(N_SPECIALS, c.vocab_size)
+            self.next1 = np.concatenate([ids[:N_SPECIALS], rng.permutation(ids)])
+            self.next2 = np.concatenate([ids[:N_SPECIALS], rng.permutation(ids)])
+        else:
+            self.next1 = rng.integers(N_SPECIALS, c.vocab_size, size=c.vocab_size)
+            self.next2 = rng.integers(N_SPECIALS, c.vocab_size, size=c.vocab_size)
         self.c = c
 
     def sequence(self, rng: np.random.Generator, length: int) -> np.ndarray:
