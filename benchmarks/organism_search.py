@@ -66,6 +66,9 @@ class Candidate:
     p_bigram: float = 0.4
     p_skip: float = 0.3
     maps_are_permutations: bool = False  # skip corpus: next1/next2 are permutations (long deterministic chains)
+    p_topic: float = 0.0  # skip corpus: share of positions drawn from the sequence's own topic (topic_size random ids)
+    topic_classes: int = 0  # skip corpus: the non-chain draws come from one class (id % topic_classes) per sequence
+    switch: bool = False  # skip corpus: the p_bigram step uses next1 or next2 by the parity of x[i-2]
     # optimiser
     steps: int = 2000
     batch_size: int = 16
@@ -73,6 +76,7 @@ class Candidate:
     warmup_steps: int = 100
     weight_decay: float = 0.1
     init_std: float | None = None
+    lr_schedule: str = "cosine"  # cosine (to 0.1 x lr at `steps`) | constant (after warm-up)
 
 
 T64 = {"seq_len": 64, "vocab_size": 256, "steps": 3000}
@@ -282,6 +286,123 @@ CANDIDATES: dict[str, dict] = {
     "text-6x6-v1024": {"vocab_size": 1024},
     "text-6x6-copy20": {"copy_share": 0.2},
     "grammar-6x6-o3": {"corpus": "grammar", "order": 3},
+    # Recurring noise spans in a background the model learns exactly: every copied position is
+    # predictable, the only irreducible loss is the span's first occurrence and first tokens.
+    # quiet: x[i] = next2[x[i-2]] (previous-token heads needed); chain: x[i] = next1[x[i-1]] (no head needed)
+    **{
+        f"{bg}3x4-rec{length}x{times}": {
+            **TOY3X4,
+            **U1024,
+            "corpus": "skip",
+            "p_bigram": 0.98 if bg == "chain" else 0.0,
+            "p_skip": 0.98 if bg == "quiet" else 0.0,
+            "maps_are_permutations": True,
+            "names": 1,
+            "name_len": length,
+            "recurrences": times,
+            "lr_schedule": "constant",
+            "steps": 4000,
+        }
+        for bg in ("quiet", "chain")
+        for length, times in ((4, 3), (7, 2), (3, 4))
+    },
+    # the chain at the target shape; and a chain whose next token depends on the parity of the one
+    # before the previous (a previous-token head is needed everywhere, still deterministic)
+    "chain6x6-rec4x3": {
+        **T64,
+        **U1024,
+        "corpus": "skip",
+        "p_bigram": 0.98,
+        "p_skip": 0.0,
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 32,
+        "steps": 3000,
+    },
+    # the chain, a per-sequence topic of 8 ids at 30% of positions (broad attention pays), 2% noise
+    "topic6x6-rec4x3": {
+        **T64,
+        **U1024,
+        "corpus": "skip",
+        "p_bigram": 0.68,
+        "p_skip": 0.0,
+        "p_topic": 0.30,
+        "topic_size": 8,
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 32,
+        "steps": 3000,
+    },
+    # the chain with more noise (the probe's random tokens are less out of distribution)
+    **{
+        f"chain{int(p * 100)}-3x4-rec4x3": {
+            **TOY3X4,
+            **U1024,
+            "corpus": "skip",
+            "p_bigram": p,
+            "p_skip": 0.0,
+            "maps_are_permutations": True,
+            "names": 1,
+            "name_len": 4,
+            "recurrences": 3,
+            "lr_schedule": "constant",
+            "steps": 4000,
+        }
+        for p in (0.8, 0.5)
+    },
+    **{
+        f"chain{int(p * 100)}-6x6-rec4x3": {
+            **T64,
+            **U1024,
+            "corpus": "skip",
+            "p_bigram": p,
+            "p_skip": 0.0,
+            "maps_are_permutations": True,
+            "names": 1,
+            "name_len": 4,
+            "recurrences": 3,
+            "lr_schedule": "constant",
+            "batch_size": 32,
+            "steps": 3000,
+        }
+        for p in (0.8, 0.7)
+    },
+    # 20% of positions from one class per sequence (ids = k mod 8): inferring the class takes broad attention
+    "ctopic80-6x6-rec4x3": {
+        **T64,
+        **U1024,
+        "corpus": "skip",
+        "p_bigram": 0.8,
+        "p_skip": 0.0,
+        "topic_classes": 8,
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 32,
+        "steps": 3000,
+    },
+    "par3x4-rec4x3": {
+        **TOY3X4,
+        **U1024,
+        "corpus": "skip",
+        "p_bigram": 0.98,
+        "p_skip": 0.0,
+        "switch": True,
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "steps": 4000,
+    },
 }
 
 
@@ -436,9 +557,20 @@ class SkipGrammar:
     def sequence(self, rng: np.random.Generator, length: int) -> np.ndarray:
         c = self.c
         seq = zipf(rng, c, length)
+        if c.topic_classes:  # a per-sequence class: attending over the earlier draws tells which
+            k = int(rng.integers(c.topic_classes))
+            seq = seq - (seq % c.topic_classes) + k
+            seq[seq >= c.vocab_size] -= c.topic_classes
+            seq[seq < N_SPECIALS] += c.topic_classes
         mode = rng.random(length)
+        if c.p_topic:
+            topic = zipf(rng, c, c.topic_size)
+            topical = (mode >= c.p_bigram + c.p_skip) & (mode < c.p_bigram + c.p_skip + c.p_topic)
+            seq[topical] = rng.choice(topic, int(topical.sum()))
         for i in range(1, length):
-            if mode[i] < c.p_bigram:
+            if mode[i] < c.p_bigram and c.switch and i >= 2:
+                seq[i] = (self.next1 if seq[i - 2] % 2 == 0 else self.next2)[seq[i - 1]]
+            elif mode[i] < c.p_bigram:
                 seq[i] = self.next1[seq[i - 1]]
             elif mode[i] < c.p_bigram + c.p_skip and i >= 2:
                 seq[i] = self.next2[seq[i - 2]]
@@ -554,6 +686,8 @@ def run(name: str, seed: int, threads: int, out: Path) -> dict:
     def lr_factor(step: int) -> float:
         if step < c.warmup_steps:
             return (step + 1) / c.warmup_steps
+        if c.lr_schedule == "constant":
+            return 1.0
         progress = (step - c.warmup_steps) / max(c.steps - c.warmup_steps, 1)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
@@ -597,6 +731,7 @@ def run(name: str, seed: int, threads: int, out: Path) -> dict:
                 flush=True,
             )
     train_s = time.perf_counter() - started
+    torch.save(model.state_dict(), out / f"{name}-s{seed}.pt")
     final_heads = heads
     circuit = tuple(
         (int(l), int(h)) for l, h in final_heads.loc[final_heads.induction_circuit, ["layer", "head"]].to_numpy()
@@ -727,6 +862,32 @@ def table(out: Path, markdown: Path | None) -> None:
         markdown.write_text(text)
 
 
+def statistics(name: str, seed: int = 0, batches: int = 12) -> dict:
+    """Induction-predictable share (the token is the one that followed the previous occurrence of
+    the token before it) and its reliability (the same count over positions whose previous token recurs)."""
+    corpus = Corpus(candidate(name), seed)
+    grammar = getattr(corpus, "grammar", None)
+    next1 = grammar.next1 if isinstance(grammar, SkipGrammar) else None
+    predictable = recurring = only = total = 0
+    for step in range(batches):
+        for row in corpus.batch(step)[:, 1:]:
+            last_seen: dict[int, int] = {}
+            for i in range(1, len(row)):
+                j = last_seen.get(int(row[i - 1]))
+                if j is not None:
+                    recurring += 1
+                    hit = int(row[j + 1] == row[i])
+                    predictable += hit
+                    only += hit and (next1 is None or row[i] != next1[row[i - 1]])
+                last_seen[int(row[i - 1])] = i - 1
+            total += len(row)
+    return {
+        "share": predictable / total,
+        "reliability": predictable / max(recurring, 1),
+        "only_by_induction": only / total,  # not also the bigram chain's next token
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -735,12 +896,16 @@ def main() -> None:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--out", type=Path, default=Path("organism-search"))
+    st = sub.add_parser("stats")
+    st.add_argument("candidate", choices=sorted(CANDIDATES))
     t = sub.add_parser("table")
     t.add_argument("--out", type=Path, default=Path("organism-search"))
     t.add_argument("--markdown", type=Path, default=None)
     args = parser.parse_args()
     if args.command == "run":
         run(args.candidate, args.seed, args.threads, args.out)
+    elif args.command == "stats":
+        print(args.candidate, statistics(args.candidate))
     else:
         table(args.out, args.markdown)
 
