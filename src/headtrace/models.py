@@ -256,6 +256,13 @@ class ModelAdapter:
         return logit_transform(self.config)(self.model.get_output_embeddings()(rows).float())
 
 
+def logit_scale(config) -> float:
+    """The linear part of `logit_transform`: Granite's 1 / `logits_scaling` times Cohere's `logit_scale`."""
+    divide = getattr(config, "logits_scaling", None)
+    multiply = getattr(config, "logit_scale", None)
+    return (1.0 if divide is None else 1.0 / divide) * (1.0 if multiply is None else multiply)
+
+
 def logit_transform(config):
     """What a causal LM's head does to the unembedded logits, from its config: Gemma 2 and 3's
     final soft-capping, Granite's division by `logits_scaling`, Cohere's `logit_scale`."""
@@ -280,6 +287,11 @@ def projection_shape(module: nn.Module) -> tuple[int, int]:
     if isinstance(module, nn.Linear):
         return module.in_features, module.out_features
     return int(module.weight.shape[0]), int(module.weight.shape[1])
+
+
+def projection_matrix(module: nn.Module) -> torch.Tensor:
+    """A linear map's weight as [output width, input width] (nn.Linear's layout; GPT-2's Conv1D transposed)."""
+    return module.weight if isinstance(module, nn.Linear) else module.weight.t()
 
 
 def is_projection(module: nn.Module) -> bool:

@@ -37,6 +37,7 @@ import torch
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
 from headtrace import __version__
+from headtrace.attribution import DirectLogitAttribution
 from headtrace.errors import HeadtraceError
 from headtrace.hooks import (
     CapabilityAccumulator,
@@ -390,18 +391,20 @@ def screen(
     started = time.time()
     t0 = time.perf_counter()
 
+    dla = None
     if adapter.attention_route == "transformer-lens":
         routes = _stream_transformer_lens(
             adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit
         )
     else:
+        dla = DirectLogitAttribution(adapter, acc_dtype)
         routes = _screen_pass(
-            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit, flash
+            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit, flash, dla
         )
 
     check_finite_activations(taps, grams, capability, f"{model_name}@{revision}" if revision else model_name)
     wall = time.perf_counter() - t0
-    heads = _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens)
+    heads = _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens, dla)
     run = _run_record(
         adapter,
         probe,
@@ -429,6 +432,7 @@ def _screen_pass(
     progress,
     pr_limit: int,
     flash: Callable | None,
+    dla: DirectLogitAttribution,
 ) -> set[str]:
     """A Hugging Face model's pass: its attention read on its route (models.ATTENTION_ROUTES), the
     head outputs at each output projection's input; returns the routes that ran."""
@@ -443,6 +447,7 @@ def _screen_pass(
 
     def keep_query_outputs(layer: int, heads: torch.Tensor) -> None:
         batch = active.batch
+        dla.keep(layer, heads[batch.index, batch.query])
         take = min(batch.rows.stop, pr_limit) - batch.rows.start
         if take > 0:
             grams[layer].add(heads[batch.index[:take], batch.query[:take]])
@@ -450,7 +455,8 @@ def _screen_pass(
     with torch.inference_mode(), attention:
         # Nested in this order, the Gram matrices see every row before the last layer is trimmed.
         with head_output_hooks(adapter, keep_query_outputs), last_layer_at_query_only(adapter, active.at_query):
-            _stream(adapter, probe, batch_size, active, capability, acc_dtype, progress)
+            with dla.final_residual(active.at_query):
+                _stream(adapter, probe, batch_size, active, capability, acc_dtype, progress, dla)
         active.batch = None
     return active.routes
 
@@ -469,6 +475,7 @@ def _stream(
     capability: CapabilityAccumulator,
     acc_dtype: torch.dtype,
     progress: Callable[[int, int], None] | None,
+    dla: DirectLogitAttribution,
 ) -> None:
     """The loop over micro-batches: device work only, no host syncs (tests/test_screen_sync.py)."""
     for rows in micro_batches(probe.n, batch_size):
@@ -476,6 +483,7 @@ def _stream(
         hidden = adapter.hidden_states(active.batch.input_ids)
         _reduce_pending(active.batch)
         capability.add(adapter.logits_at(hidden, active.batch.query), active.batch.answer)
+        dla.add(active.batch.answer, active.at_query(hidden))
         if progress is not None:
             progress(rows.stop - rows.start, probe.n)
 
@@ -554,7 +562,7 @@ def check_finite_activations(
     )
 
 
-def _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens) -> pd.DataFrame:
+def _head_table(adapter, probe, config, taps, grams, model_name, revision, tokens, dla) -> pd.DataFrame:
     layout = adapter.layout
     counts = probe.channel_defined().sum(axis=0).astype(np.float64)  # examples per channel
     sums = np.stack([tap.channel_sums.double().cpu().numpy() for tap in taps])  # [layers, heads, C]
@@ -588,6 +596,8 @@ def _head_table(adapter, probe, config, taps, grams, model_name, revision, token
     table["gu_sink"] = table["sink_score"] > config.thresholds.gu_sink_epsilon
     table["pr"] = pr[..., 0].ravel()
     table["pr_cov"] = pr[..., 1].ravel()
+    # Direct logit attribution to the answer at the query, before any final soft-cap (attribution.py).
+    table["dla"] = np.nan if dla is None else dla.means().double().cpu().numpy().ravel()
     # The baseline lost precision (or flushed to zero) in the compute dtype: its ratios are unreliable.
     tiny = torch.finfo(adapter.dtype).tiny
     table["baseline_underflow"] = baseline < max(tiny, SELECTIVITY_FLOOR)
