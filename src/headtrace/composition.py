@@ -1,0 +1,229 @@
+"""Which earlier heads an induction head reads from (docs/definitions.md, "Composition").
+
+From the weights alone (Elhage et al. 2021): with W_QK = W_Q^T W_K (the score is x_q^T W_QK x_k)
+and W_OV = W_O W_V, the K-, Q- and V-composition of a receiving head with a sending head of an
+earlier layer are ||M W_OV(sender)||_F / (||M||_F ||W_OV(sender)||_F) for M = W_QK, W_QK^T and
+W_OV of the receiver. Grouped-query heads use their key/value group's W_K and W_V. Rotary
+embeddings, query/key norms and the layers' input norms are not part of these matrices: the
+scores ignore them.
+
+On the probe (`causal`): the receiver's induction selectivity with each earlier head ablated
+alone (its output at every position set to zero), one screen pass per ablated head.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from headtrace.errors import HeadtraceError
+from headtrace.models import ModelAdapter, projection_matrix
+from headtrace.probes import Probe
+from headtrace.schema import ScreenConfig, head_id
+from headtrace.screen import screen
+
+SCORES = ("k_comp", "q_comp", "v_comp")
+COMPOSITION = "composition"  # the results folder's table of scores (one per model and revision)
+
+
+@dataclass
+class HeadWeights:
+    """One layer's per-head matrices, float64: W_Q [heads, hd, d], W_K and W_V [kv heads, hd, d],
+    W_O [heads, d, hd]."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor
+
+    def group(self, head: int) -> int:
+        """The key/value head that query head `head` reads (grouped-query attention)."""
+        return head // (self.q.shape[0] // self.k.shape[0])
+
+
+def _rows(module: nn.Module) -> torch.Tensor:
+    return projection_matrix(module).detach().double()  # [out, in]
+
+
+def layer_weights(adapter: ModelAdapter, layer: int) -> HeadWeights:
+    """W_Q, W_K, W_V, W_O of a layer's heads, read from its attention module's projections."""
+    layout = adapter.layout
+    attn = adapter.attention[layer]
+    h, kv, hd = layout.n_heads, layout.n_kv_heads, layout.head_dim
+    if all(hasattr(attn, name) for name in ("q_proj", "k_proj", "v_proj")):
+        q, k, v = (_rows(getattr(attn, name)) for name in ("q_proj", "k_proj", "v_proj"))
+    elif hasattr(attn, "qkv_proj"):  # Phi-3: [q; k; v] stacked
+        q, k, v = torch.split(_rows(attn.qkv_proj), [h * hd, kv * hd, kv * hd])
+    elif hasattr(attn, "c_attn"):  # GPT-2: [q; k; v] stacked (Conv1D)
+        q, k, v = torch.split(_rows(attn.c_attn), [h * hd, kv * hd, kv * hd])
+    elif hasattr(attn, "query_key_value"):  # GPT-NeoX, BLOOM: q, k, v interleaved per head
+        fused = _rows(attn.query_key_value).view(h, 3, hd, -1)
+        q, k, v = (fused[:, i].reshape(h * hd, -1) for i in range(3))
+    else:
+        raise HeadtraceError(
+            f"composition: cannot find the query, key and value projections of {adapter.model_type}'s "
+            "attention (q_proj/k_proj/v_proj, qkv_proj, c_attn or query_key_value)"
+        )
+    o = _rows(adapter.out_proj[layer])  # [d, heads * hd]
+    return HeadWeights(
+        q=q.reshape(h, hd, -1),
+        k=k.reshape(kv, hd, -1),
+        v=v.reshape(kv, hd, -1),
+        o=o.reshape(o.shape[0], h, hd).permute(1, 0, 2),
+    )
+
+
+def _r(matrix: torch.Tensor) -> torch.Tensor:
+    """R of the QR factorisation of a [d, hd] matrix: ||X A||_F = ||R^T ... || reads off [hd, hd] factors."""
+    return torch.linalg.qr(matrix, mode="r").R
+
+
+def composition_scores(adapter: ModelAdapter, receivers: list[tuple[int, int]]) -> pd.DataFrame:
+    """K-, Q- and V-composition of each receiving head with every head of the earlier layers, one
+    row per (receiver, sender). Computed from [hd, hd] factors: with Q = W_Q^T = U_q R_q (QR) and
+    likewise for the others, ||W_Q^T W_K W_O' W_V'||_F = ||R_q (W_K W_O') R_v'^T||_F, exactly."""
+    needed = {l for l, _ in receivers} | set(range(max((l for l, _ in receivers), default=0)))
+    weights = {layer: layer_weights(adapter, layer) for layer in needed}
+    factors = {}
+
+    def factor(layer: int, head: int) -> dict[str, torch.Tensor]:
+        if (layer, head) not in factors:
+            w = weights[layer]
+            g = w.group(head)
+            factors[layer, head] = {
+                "q": w.q[head],
+                "k": w.k[g],
+                "v": w.v[g],
+                "o": w.o[head],
+                "rq": _r(w.q[head].T),
+                "rk": _r(w.k[g].T),
+                "rv": _r(w.v[g].T),
+                "ro": _r(w.o[head]),
+            }
+        return factors[layer, head]
+
+    rows = []
+    n_heads = adapter.layout.n_heads
+    for layer, head in receivers:
+        r = factor(layer, head)
+        qk_norm = torch.linalg.matrix_norm(r["rq"] @ r["rk"].T)
+        ov_norm = torch.linalg.matrix_norm(r["ro"] @ r["rv"].T)
+        for s_layer in range(layer):
+            for s_head in range(n_heads):
+                s = factor(s_layer, s_head)
+                sender = torch.linalg.matrix_norm(s["ro"] @ s["rv"].T)
+                reads_out = s["o"]  # [d, hd]: W_OV' = W_O' W_V', its left factor
+                k = torch.linalg.matrix_norm(r["rq"] @ (r["k"] @ reads_out) @ s["rv"].T) / (qk_norm * sender)
+                q = torch.linalg.matrix_norm(r["rk"] @ (r["q"] @ reads_out) @ s["rv"].T) / (qk_norm * sender)
+                v = torch.linalg.matrix_norm(r["ro"] @ (r["v"] @ reads_out) @ s["rv"].T) / (ov_norm * sender)
+                rows.append(
+                    {
+                        "receiver": head_id(layer, head),
+                        "receiver_layer": layer,
+                        "receiver_head": head,
+                        "sender": head_id(s_layer, s_head),
+                        "sender_layer": s_layer,
+                        "sender_head": s_head,
+                        "k_comp": float(k),
+                        "q_comp": float(q),
+                        "v_comp": float(v),
+                    }
+                )
+    return pd.DataFrame(rows, columns=[*_PAIR_COLUMNS, *SCORES])
+
+
+_PAIR_COLUMNS = ("receiver", "receiver_layer", "receiver_head", "sender", "sender_layer", "sender_head")
+
+
+@contextlib.contextmanager
+def _zeroed(adapter: ModelAdapter, layer: int, head: int):
+    """Head (layer, head)'s output set to zero at every position while the block runs."""
+    dim = adapter.layout.head_dim
+    cols = slice(head * dim, (head + 1) * dim)
+
+    def hook(_module, args):
+        x = args[0].clone()
+        x[..., cols] = 0
+        return (x, *args[1:])
+
+    handle = adapter.out_proj[layer].register_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def ablation_drops(
+    adapter: ModelAdapter, probe: Probe, config: ScreenConfig, receivers: list[tuple[int, int]]
+) -> pd.DataFrame:
+    """Each receiver's induction selectivity with each head of the earlier layers ablated alone:
+    one screen pass per head of the layers below the deepest receiver. `drop` is the clean
+    selectivity minus the ablated one (positive: the receiver needs that head)."""
+    if not receivers:
+        return pd.DataFrame(columns=[*_PAIR_COLUMNS, "sel_clean", "sel_ablated", "drop"])
+    n_heads = adapter.layout.n_heads
+    ids = [head_id(l, h) for l, h in receivers]
+
+    def selectivity() -> pd.Series:
+        heads = screen(adapter, probe, config).heads
+        return heads.set_index("head_id").sel_induction.reindex(ids)
+
+    clean = selectivity()
+    rows = []
+    for s_layer in range(max(l for l, _ in receivers)):
+        for s_head in range(n_heads):
+            with _zeroed(adapter, s_layer, s_head):
+                ablated = selectivity()
+            for (layer, head), rid in zip(receivers, ids):
+                if s_layer < layer:
+                    rows.append(
+                        {
+                            "receiver": rid,
+                            "receiver_layer": layer,
+                            "receiver_head": head,
+                            "sender": head_id(s_layer, s_head),
+                            "sender_layer": s_layer,
+                            "sender_head": s_head,
+                            "sel_clean": float(clean[rid]),
+                            "sel_ablated": float(ablated[rid]),
+                            "drop": float(clean[rid] - ablated[rid]),
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def composition_table(
+    adapter: ModelAdapter,
+    heads: pd.DataFrame,
+    probe: Probe | None = None,
+    config: ScreenConfig | None = None,
+    causal: bool = False,
+    receivers: list[tuple[int, int]] | None = None,
+) -> pd.DataFrame:
+    """One (model, revision)'s composition table: the scores of each induction-circuit head of
+    `heads` (its screen; or `receivers`) with every head of earlier layers, the senders' labels, and
+    with `causal` the ablation drops (NaN without)."""
+    if receivers is None:
+        circuit = heads[heads.induction_circuit]
+        receivers = [(int(l), int(h)) for l, h in zip(circuit["layer"], circuit["head"])]
+    with torch.no_grad():
+        table = composition_scores(adapter, receivers)
+    if causal:
+        drops = ablation_drops(adapter, probe, config, receivers)
+        table = table.merge(drops[["receiver", "sender", "sel_clean", "sel_ablated", "drop"]], how="left")
+    else:
+        table = table.assign(sel_clean=np.nan, sel_ablated=np.nan, drop=np.nan)
+    first = heads.iloc[0]
+    labels = heads.set_index("head_id")
+    table.insert(0, "model", first.model)
+    table.insert(1, "revision", first.revision)
+    table.insert(2, "tokens", float(first.tokens))
+    table["sender_label"] = labels.label.reindex(table.sender).to_numpy()
+    table["sender_previous"] = labels.previous_any.reindex(table.sender).to_numpy().astype(bool)
+    table["causal"] = causal
+    return table
