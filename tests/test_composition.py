@@ -12,7 +12,7 @@ from safetensors.numpy import load_file
 
 from headtrace.composition import ablation_drops, composition_scores, composition_table
 from headtrace.models import ModelAdapter
-from headtrace.probes import ProbeSpec, synthetic_induction
+from headtrace.probes import synthetic_induction
 from headtrace.schema import ScreenConfig
 
 
