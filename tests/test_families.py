@@ -503,7 +503,7 @@ def test_a_family_of_organisms_is_trained_and_screened_end_to_end(tmp_path):
     )
     assert set(runs.config_hash) == {single.screen.config_hash}  # families leave the config hash alone
     table = write_findings(tmp_path / "results")
-    assert len(table) == 3 * 7 + 9 and table.model.isna().sum() == 9
+    assert len(table) == 3 * 8 + 10 and table.model.isna().sum() == 10
     assert set(table.loc[table.model.isna(), "finding"]) == {
         "F1",
         "F2",
@@ -512,6 +512,7 @@ def test_a_family_of_organisms_is_trained_and_screened_end_to_end(tmp_path):
         "F5",
         "F6",
         "F7",
+        "F8",
         "circuit",
         "milestones",
     }

@@ -749,7 +749,7 @@ def findings(
         "RESULTS/expect.json for later calls and the report.",
     ),
 ) -> None:
-    """Findings per model (F1-F7 and any installed) and per seed family; writes findings.parquet and findings.md."""
+    """Findings per model (F1-F8 and any installed) and per seed family; writes findings.parquet and findings.md."""
     from headtrace.findings import write_findings
     from headtrace.trajectory import TrajectoryConfig
 

@@ -28,7 +28,6 @@ from headtrace.schema import ScreenConfig, head_id
 from headtrace.screen import screen
 
 SCORES = ("k_comp", "q_comp", "v_comp")
-COMPOSITION = "composition"  # the results folder's table of scores (one per model and revision)
 
 
 @dataclass
@@ -197,6 +196,12 @@ def ablation_drops(
     return pd.DataFrame(rows)
 
 
+def circuit_heads(heads: pd.DataFrame) -> list[tuple[int, int]]:
+    """The (layer, head) of a screen's induction-circuit heads."""
+    circuit = heads[heads.induction_circuit.astype(bool)]
+    return [(int(l), int(h)) for l, h in zip(circuit["layer"], circuit["head"])]
+
+
 def composition_table(
     adapter: ModelAdapter,
     heads: pd.DataFrame,
@@ -209,8 +214,7 @@ def composition_table(
     `heads` (its screen; or `receivers`) with every head of earlier layers, the senders' labels, and
     with `causal` the ablation drops (NaN without)."""
     if receivers is None:
-        circuit = heads[heads.induction_circuit]
-        receivers = [(int(l), int(h)) for l, h in zip(circuit["layer"], circuit["head"])]
+        receivers = circuit_heads(heads)
     with torch.no_grad():
         table = composition_scores(adapter, receivers)
     if causal:

@@ -3,12 +3,12 @@
 A finding is one `FindingKind`: its code, title and claim, its settings (thresholds, with defaults),
 its computation on one model's trajectory (a `trajectory.Finding`, whose `numbers` are what the
 report draws), and its summary across a seed family. `FINDINGS` holds them in order: the study's
-F1-F7, then any registered with `register_finding` or installed through the `headtrace.findings`
+F1-F8, then any registered with `register_finding` or installed through the `headtrace.findings`
 entry-point group. `headtrace findings`, the family rows (family_findings.py) and the report iterate
 over it; a finding's figure is registered on the report side under its code (report/figures.py).
 
-F1-F6 are computed in trajectory.py; F7 (middle-first) lives in its unit here, as a finding from
-outside the package would.
+F1-F6 are computed in trajectory.py; F7 (middle-first) and F8 (the previous-token -> induction link,
+from composition.py's tables) live in their units here, as a finding from outside the package would.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, ClassVar, Iterator, Mapping, NamedTuple
 
 import numpy as np
+import pandas as pd
 
 from headtrace.errors import HeadtraceError
 from headtrace.registry import Registry
@@ -486,6 +487,127 @@ class MiddleFirst(FindingKind):
 
 
 # --------------------------------------------------------------------------------------------
+# F8: the previous-token -> induction link (composition.py's tables, merged by `with_composition`).
+
+LINK_COLUMNS = (
+    "comp_top_sender",
+    "comp_top_k",
+    "comp_top_previous",
+    "comp_prev_sender",
+    "comp_prev_k",
+    "comp_prev_drop",
+)
+
+
+def with_composition(heads: pd.DataFrame, composition: pd.DataFrame | None) -> pd.DataFrame:
+    """The heads table with each induction head's links from its (model, revision)'s composition
+    table (DIR/composition/): its strongest K-composition sender (`comp_top_*`: which head, the score,
+    whether it is a previous-token head), and its strongest previous-token sender (`comp_prev_*`: which
+    head, the score, its ablation drop, NaN where the drops were not measured). Other heads, and every
+    head without a composition table, get NaN; no table at all: the heads table as it is."""
+    if composition is None or not len(composition):
+        return heads
+    keys = ["model", "revision", "receiver"]
+    ranked = composition.assign(_k=composition.k_comp.fillna(-1.0)).sort_values("_k", ascending=False)
+    top = ranked.drop_duplicates(keys)[[*keys, "sender", "k_comp", "sender_previous"]]
+    top.columns = [*keys, "comp_top_sender", "comp_top_k", "comp_top_previous"]
+    previous = ranked[ranked.sender_previous.astype(bool)].drop_duplicates(keys)[[*keys, "sender", "k_comp", "drop"]]
+    previous.columns = [*keys, "comp_prev_sender", "comp_prev_k", "comp_prev_drop"]
+    links = top.merge(previous, on=keys, how="left").rename(columns={"receiver": "head_id"})
+    merged = heads.drop(columns=[c for c in LINK_COLUMNS if c in heads]).merge(
+        links, on=["model", "revision", "head_id"], how="left"
+    )
+    merged["comp_top_previous"] = merged["comp_top_previous"].astype("boolean")
+    return merged
+
+
+@dataclass(frozen=True)
+class CompositionLink(FindingKind):
+    """F8: when an induction head comes to read its keys mainly from a previous-token head of an
+    earlier layer (its strongest K-composition, from the weights; docs/definitions.md)."""
+
+    code: ClassVar[str] = "F8"
+    title: ClassVar[str] = "previous-token -> induction link"
+
+    def claim(self, config: TrajectoryConfig) -> str:
+        return (
+            f"an induction head (>= {config.thresholds.induction_threshold:g}x) has a previous-token head "
+            f"(>= {config.thresholds.previous_threshold:g}x) of an earlier layer as its strongest K-composition "
+            "partner; the link forms at a milestone, bracketed by two revisions"
+        )
+
+    def compute(self, panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
+        heads = panel.heads
+        if "comp_top_sender" not in heads or heads["comp_top_sender"].isna().all():
+            why = (
+                "no composition stored (watch with composition=True, or a [composition] section in the panel, "
+                "writes DIR/composition/)"
+            )
+            return self.finding(NOT_MEASURABLE, why, {}, config)
+        names, tokens = panel.names, panel.tokens
+        linked, strength, pairs = [], [], []
+        for name in names:
+            rows = heads[(heads.revision == name) & heads.comp_top_sender.notna()]
+            linked.append(bool(rows.comp_top_previous.fillna(False).any()))
+            prev = rows[rows.comp_prev_k.notna()]
+            best = prev.loc[prev.comp_prev_k.idxmax()] if len(prev) else None
+            strength.append(float(best.comp_prev_k) if best is not None else None)
+            pairs.append(f"{best.comp_prev_sender} -> {best.head_id}" if best is not None else None)
+        numbers: dict = {
+            "revisions": names,
+            "tokens": [float(t) for t in tokens],
+            "linked": linked,
+            "strongest_k": strength,
+            "strongest_pair": pairs,
+        }
+        final = heads[(heads.revision == names[-1]) & heads.comp_top_sender.notna()]
+        numbers["final_links"] = {
+            str(r.head_id): {
+                "top": r.comp_top_sender,
+                "top_k": float(r.comp_top_k),
+                "previous": r.comp_prev_sender if isinstance(r.comp_prev_sender, str) else None,
+                "previous_k": float(r.comp_prev_k),
+                "previous_drop": float(r.comp_prev_drop),
+            }
+            for r in final.itertuples()
+        }
+        hit = [i for i, value in enumerate(linked) if value]
+        if not hit:
+            why = (
+                f"no induction head's strongest K-composition partner is a previous-token head at any of the "
+                f"{len(names)} revisions"
+            )
+            return self.finding(DOES_NOT_HOLD, why, numbers, config)
+        i = hit[0]
+        numbers |= {
+            "index": i,
+            "revision": names[i],
+            "tokens_at": float(tokens[i]),
+            "previous_revision": names[i - 1] if i else None,
+            "previous_tokens": float(tokens[i - 1]) if i else 0.0,
+            "at_final": linked[-1],
+        }
+        bracket = (
+            f"between {names[i - 1]} ({tokens_label(tokens[i - 1])}) and {names[i]} ({tokens_label(tokens[i])})"
+            if i
+            else f"by the first revision, {names[i]} ({tokens_label(tokens[i])})"
+        )
+        statement = (
+            f"the previous-token -> induction link forms {bracket} ({pairs[i]}, K-composition {strength[i]:.3f})"
+        )
+        if pairs[-1] is not None:
+            statement += f"; at {names[-1]}: {pairs[-1]}, {strength[-1]:.3f}"
+        if not linked[-1]:
+            statement += ", no longer the strongest link there"
+        return self.finding(HOLDS if linked[-1] else DOES_NOT_HOLD, statement, numbers, config)
+
+    def across_seeds(self, per: Mapping[int, SeedFinding], config: TrajectoryConfig) -> tuple[dict, list[str]]:
+        summary = Summary(per)
+        summary.spread("tokens_at", summary.values("tokens_at"), tokens_label, "link forms at")
+        return summary.result()
+
+
+# --------------------------------------------------------------------------------------------
 # The registry.
 
 
@@ -549,7 +671,16 @@ class FindingRegistry(Registry[FindingKind]):
 
 
 FINDINGS = FindingRegistry()
-for _kind in (Floor(), Shape(), Timing(), EarlyIdentification(), SpectralLead(), NoiseFloor(), MiddleFirst()):
+for _kind in (
+    Floor(),
+    Shape(),
+    Timing(),
+    EarlyIdentification(),
+    SpectralLead(),
+    NoiseFloor(),
+    MiddleFirst(),
+    CompositionLink(),
+):
     FINDINGS.add(_kind.code, _kind)
 
 

@@ -14,8 +14,8 @@ import pandas as pd
 
 from headtrace.families import Gap, read_gaps
 from headtrace.family_findings import family_markdown, model_rows, with_family_rows
-from headtrace.finding_kinds import FINDINGS, Expectations, check_expectations, read_expectations
-from headtrace.store import ResultsDir, write_parquet_atomic, write_text_atomic, writing_results
+from headtrace.finding_kinds import FINDINGS, Expectations, check_expectations, read_expectations, with_composition
+from headtrace.store import COMPOSITION, ResultsDir, write_parquet_atomic, write_text_atomic, writing_results
 from headtrace.trajectory import (
     TrajectoryConfig,
     _to_json,
@@ -73,6 +73,7 @@ def findings_table(
     """The findings of (heads, runs), read from `results_dir`: one row per model and finding, then
     each family's rows across seeds (`gaps`: what members lack, default the manifest's)."""
     gaps = read_gaps(results_dir) if gaps is None else gaps
+    heads = with_composition(heads, ResultsDir(results_dir).read_tables(COMPOSITION))
     table = model_findings(heads, runs, config, read_expectations(results_dir))
     return with_family_rows(table, heads, runs, config, gaps)
 

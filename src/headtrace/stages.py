@@ -21,6 +21,8 @@ import: the built-in stages import the model code when they run.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
@@ -28,7 +30,7 @@ from headtrace.errors import HeadtraceError
 from headtrace.registry import Registry
 from headtrace.revisions import Revision
 from headtrace.schema import ABLATION_MODES, AblationConfig, ScreenConfig, parse_circuit, tag
-from headtrace.store import ResultsDir, run_record
+from headtrace.store import COMPOSITION, ResultsDir, read_table, run_record
 
 Progress = Callable[[int, int], None]
 
@@ -190,3 +192,38 @@ class AblationStage(Stage):
             progress=checkpoint.progress("ablation"),
         )
         return StageResult(summary=result.verdict)
+
+
+@STAGES.register("composition")
+@dataclass(frozen=True)
+class CompositionStage(Stage):
+    """The induction heads' K-, Q- and V-composition with every earlier head from the weights
+    (composition.py), into DIR/composition/; with `causal`, also each earlier head's ablation drop
+    of their induction selectivity (one screen pass per earlier head). The induction heads come from
+    the screen stored for this config."""
+
+    name: ClassVar[str] = "composition"
+    causal: bool = False
+
+    def config_hash(self, config: ScreenConfig) -> str:
+        payload = json.dumps({"composition": {"causal": self.causal}, "screen": config.config_hash}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def done(self, results: ResultsDir, model: str, revision: str, config: ScreenConfig) -> bool:
+        path = results.table_path(COMPOSITION, model, revision)
+        return path.is_file() and read_table(path, ["config_hash"]).config_hash.iloc[0] == self.config_hash(config)
+
+    def run(self, checkpoint: CheckpointContext) -> StageResult:
+        from headtrace.composition import composition_table  # torch, when a task runs (planning loads none)
+
+        results, config = checkpoint.results, checkpoint.config
+        heads = results.stored_screen(checkpoint.model, checkpoint.revision.name, config.config_hash)
+        if heads is None:
+            raise HeadtraceError(f"composition of {checkpoint.model}@{checkpoint.revision.name}: no stored screen")
+        table = composition_table(checkpoint.adapter, heads, checkpoint.probe, config, causal=self.causal)
+        if not len(table):
+            return StageResult(summary="no induction head: no composition")
+        results.write_table(COMPOSITION, table.assign(config_hash=self.config_hash(config)))
+        strongest = table.loc[table.k_comp.fillna(-1.0).idxmax()]
+        link = f"{strongest.sender} -> {strongest.receiver}"
+        return StageResult(summary=f"strongest K-composition {link}: {strongest.k_comp:.3f}")

@@ -47,6 +47,7 @@ from headtrace.schema import SCHEMA_VERSION
 HEADS = "heads"
 RUNS = "runs"
 ABLATIONS = "ablations"
+COMPOSITION = "composition"  # composition.py: induction heads' composition with earlier heads
 MANIFEST = "manifest.json"
 FINDINGS = "findings.parquet"
 FINDINGS_MD = "findings.md"

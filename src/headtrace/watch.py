@@ -48,6 +48,7 @@ from headtrace.organism.config import REVISIONS_FILE, checkpoint_steps, revision
 from headtrace.probes import PROBES, build_probe
 from headtrace.schema import ScreenConfig
 from headtrace.store import (
+    COMPOSITION,
     MANIFEST_SCHEMA,
     RUNS,
     OutputLock,
@@ -239,6 +240,8 @@ class Watcher:
         rank: int | None = None,
         overwrite: bool = False,
         resume: bool = False,
+        composition: bool = False,
+        causal_composition: bool = False,
     ):
         config.validate()
         if not model_id or not str(model_id).strip():
@@ -270,6 +273,13 @@ class Watcher:
         self._resolved: ScreenConfig | None = None
         self._runs: list[pd.DataFrame] = []  # the folder's run records (with `shard`), for the manifest
         self._release = None
+        # Composition of the induction heads at each screen (composition.py); with causal_composition,
+        # also each earlier head's ablation drop at the revisions bracketing the induction onset and
+        # at the last screen (a copy of the model at the previous screen is kept for that).
+        self.composition = composition or causal_composition
+        self.causal_composition = causal_composition
+        self._previous: tuple | None = None  # (model copy, heads, revision, tokens) at the previous screen
+        self._onset_seen = False
         if self.active:
             check_writable(self.out, "results folder")
             self._lock()
@@ -348,6 +358,8 @@ class Watcher:
             return
         self.closed = True
         try:
+            if self.causal_composition and self._previous is not None:
+                self._compose_previous(causal=True)  # the last screen: the final revision
             if self.started:
                 self._write_manifest()
         finally:
@@ -464,8 +476,10 @@ class Watcher:
             adapter = as_adapter(model)
             config = self._prepared(adapter)
             result = screen(adapter, self._probe, config, model_name=self.model_id, revision=name, tokens=tokens)
-        run = run_record(result.run, "watch", step=int(step), run_id=self.run_id)
-        self.results.write_shard(result.heads, run)
+            run = run_record(result.run, "watch", step=int(step), run_id=self.run_id)
+            self.results.write_shard(result.heads, run)
+            if self.composition:
+                self._compose(model, adapter, result.heads)
         self._runs.append(run.assign(shard=shard_name(self.model_id, name)))
         self._write_manifest()
         self.screened.append({"revision": name, "step": int(step), "tokens": tokens})
@@ -475,6 +489,40 @@ class Watcher:
                 self._save(model, name, step, tokens, reached)
         self.screen_s += time.perf_counter() - started
         return ScreenResult(heads=result.heads, run=run)
+
+    def _compose(self, model, adapter, heads: pd.DataFrame) -> None:
+        """This screen's composition table; at the induction onset (the first screen with an
+        induction-circuit head), the ablation drops here and at the previous screen."""
+        import copy
+
+        from headtrace.composition import circuit_heads, composition_table
+
+        receivers = circuit_heads(heads)
+        onset = self.causal_composition and bool(receivers) and not self._onset_seen
+        if onset:
+            self._onset_seen = True
+            if self._previous is not None:
+                self._compose_previous(causal=True, receivers=receivers)
+        table = composition_table(adapter, heads, self._probe, self._resolved, causal=onset)
+        if len(table):
+            self.results.write_table(COMPOSITION, table)
+        if self.causal_composition:
+            self._previous = (copy.deepcopy(model), heads, onset)
+
+    def _compose_previous(self, causal: bool, receivers: list | None = None) -> None:
+        """The previous screen's composition table again, with the ablation drops of `receivers`
+        (default: its own induction circuit); nothing when it has no receivers or has them already."""
+        from headtrace.composition import composition_table
+        from headtrace.interop import as_adapter
+
+        model, heads, done = self._previous
+        if done and receivers is None:
+            return
+        with training_state_kept(model):
+            table = composition_table(as_adapter(model), heads, self._probe, self._resolved, causal, receivers)
+        if len(table):
+            self.results.write_table(COMPOSITION, table)
+        self._previous = (model, heads, True)
 
     def has_screened(self, revisions: Iterable[str], run_id: str | None = None) -> bool:
         """Whether the results folder holds each of these revisions of this model, with this config,

@@ -248,7 +248,8 @@ def run_demo(
 
     if seeds is None:
         for model, organism in organisms.items():  # screened at its checkpoint steps; only the final one is saved
-            train(organism, paths.organism(model), model, Watcher(paths.results, model, screen, revisions=None))
+            watch = Watcher(paths.results, model, screen, revisions=None, causal_composition=True)
+            train(organism, paths.organism(model), model, watch)
         models = {m: str(paths.organism(m).relative_to(paths.out)) for m in organisms}
         paths.panel.write_text(panel_toml("demo", screen, models, ablation_draws=10))
     else:

@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
 from headtrace.report.data import (
@@ -47,7 +47,7 @@ from headtrace.report.data import (
 )
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.registry import Registry
-from headtrace.store import slug
+from headtrace.store import COMPOSITION, ResultsDir, slug
 from headtrace.trajectory import ModelTrajectory, recall, tokens_label
 
 STYLE = {
@@ -1100,6 +1100,131 @@ def onset_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
 
 
 # --------------------------------------------------------------------------------------------
+# Direct logit attribution of the induction heads, beside their selectivity.
+
+
+def dla_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
+    """Each induction head's direct logit attribution to the answer over training (beside the
+    induction selectivity figure, for the same heads)."""
+    heads, _ = trajectory_heads(panel, data.config)
+    plot = Plot(
+        f"dla-{slug(panel.name)}",
+        f"{panel.name}: direct logit attribution of the induction heads",
+        (
+            "Each head's direct contribution to the answer B's logit at the query, averaged over the probe: its "
+            "output through the output projection, the final norm frozen at the clean run and B's unembedding row "
+            "(biases not attributed; before any final logit soft-cap; docs/definitions.md). Same heads and "
+            "colours as the induction selectivity figure."
+        ),
+        beside=True,
+    )
+    if "dla" not in panel.heads or panel.heads["dla"].isna().all():
+        plot.note = "no direct logit attribution in these screens (screened before it existed, or TransformerLens)"
+        return plot
+    axis = time_axis(panel)
+    x = axis.x[axis.drawn]
+    dla = panel.wide("dla")
+    fig = _figure(4.2, 4)
+    ax = fig.add_subplot()
+    for j, head in enumerate(heads):
+        y = dla[head].to_numpy(dtype=float)[axis.drawn]
+        ax.plot(x, y, color=_color(j), lw=1.5, label=head)
+        points = ax.scatter(x, y, color=_color(j), s=16, zorder=3)
+        plot.tip(
+            points,
+            [
+                f"{head} · {revision_label(n, t)}\nDLA {v:+.3f}"
+                for n, t, v in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], y)
+            ],
+        )
+    ax.axhline(0, color="0.6", lw=0.8)
+    ax.set_ylabel("direct logit attribution to B")
+    _use_time_axis(ax, axis)
+    ax.legend(loc="best")
+    plot.figure = fig
+    return plot
+
+
+# --------------------------------------------------------------------------------------------
+# F8: the previous-token -> induction link.
+
+
+def composition_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
+    """F8: the K-composition matrix of the final induction heads with every earlier head (left),
+    and the strongest previous-token -> induction link over training, with the milestone (right)."""
+    row, numbers = finding(data, panel.name, "F8")
+    plot = Plot(
+        f"composition-{slug(panel.name)}",
+        f"{panel.name}: composition of the induction heads (F8)",
+        (
+            "Left: K-composition (Elhage et al. 2021, ||W_QK W_OV|| / (||W_QK|| ||W_OV||), from the weights) of "
+            "each induction head at the last revision (rows) with every head of earlier layers (columns); blue "
+            "frame: previous-token heads; the number under a score is the change in the induction head's "
+            "selectivity when that head alone is ablated, where measured. Rotary embeddings, query/key norms and "
+            "input norms are not in these matrices: the scores ignore the rotation. Right: the strongest "
+            "K-composition between a previous-token head and an induction head at each revision; shaded: the "
+            "revisions that bracket the link. F8 "
+            f"{row.status}: {row.statement}."
+        ),
+    )
+    stored = ResultsDir(data.results_dir).read_tables(COMPOSITION)
+    final = None if stored is None else stored[(stored.model == panel.name) & (stored.revision == panel.names[-1])]
+    if final is None or not len(final):
+        plot.note = row.statement if "revisions" not in numbers else "no induction head at the last revision"
+        if "revisions" not in numbers:
+            return plot
+    fig = _figure(8.5, 3.4)
+    left, right = fig.subplots(1, 2, width_ratios=[1.2, 1])
+    if final is not None and len(final):
+        receivers = list(dict.fromkeys(final.sort_values(["receiver_layer", "receiver_head"]).receiver))
+        senders = list(dict.fromkeys(final.sort_values(["sender_layer", "sender_head"]).sender))
+        k = final.pivot(index="receiver", columns="sender", values="k_comp").reindex(index=receivers, columns=senders)
+        drop = final.pivot(index="receiver", columns="sender", values="drop").reindex(index=receivers, columns=senders)
+        image = left.imshow(k.to_numpy(dtype=float), cmap="viridis", aspect="auto", vmin=0)
+        fig.colorbar(image, ax=left, label="K-composition")
+        previous = set(final.loc[final.sender_previous.astype(bool), "sender"])
+        for j, sender in enumerate(senders):
+            if sender in previous:
+                left.add_patch(Rectangle((j - 0.5, -0.5), 1, len(receivers), fill=False, ec="C0", lw=2))
+        for i in range(len(receivers)):
+            for j in range(len(senders)):
+                value, lost = k.iat[i, j], drop.iat[i, j]
+                text = f"{value:.2f}" + (f"\n{-lost:+.0f}x" if np.isfinite(lost) else "")
+                color = "w" if value < np.nanmax(k.to_numpy(dtype=float)) / 2 else "k"
+                left.text(j, i, text, ha="center", va="center", fontsize=6, color=color)
+        left.set_xticks(range(len(senders)), senders, rotation=60, ha="right", fontsize=6.5)
+        left.set_yticks(range(len(receivers)), receivers)
+        left.set_xlabel("earlier head (writes)")
+        left.set_ylabel("induction head (reads)")
+        left.set_title(f"at {panel.names[-1]}")
+    else:
+        left.set_axis_off()
+    axis = time_axis(panel)
+    strength = np.array([np.nan if v is None else v for v in numbers.get("strongest_k", [])], dtype=float)
+    if len(strength) == len(axis.x):
+        x, y = axis.x[axis.drawn], strength[axis.drawn]
+        right.plot(x, y, color="C3", lw=1.5)
+        points = right.scatter(x, y, color="C3", s=16, zorder=3)
+        pairs = np.array(numbers["strongest_pair"], dtype=object)[axis.drawn]
+        plot.tip(
+            points,
+            [
+                f"{revision_label(n, t)}\n{p or 'no link'}" + (f" K {v:.3f}" if np.isfinite(v) else "")
+                for n, t, p, v in zip(np.array(axis.names)[axis.drawn], panel.tokens[axis.drawn], pairs, y)
+            ],
+        )
+        if numbers.get("revision"):
+            at = _at(axis, numbers["revision"])
+            before = _at(axis, numbers["previous_revision"]) if numbers.get("previous_revision") else at
+            right.axvspan(before, at, color="C3", alpha=0.15, lw=0)
+            right.axvline(at, color="C3", ls="--", lw=1)
+        right.set_ylabel("strongest previous-token -> induction K-comp.")
+        _use_time_axis(right, axis)
+    plot.figure = fig
+    return plot
+
+
+# --------------------------------------------------------------------------------------------
 # The registry of figures, in page order.
 
 
@@ -1130,6 +1255,8 @@ register_figure("F1", sink_layers_plot)
 register_figure("F7", onset_plot)
 FIGURES.add("labels", FigureKind(labels_plot))
 FIGURES.add("induction", FigureKind(induction_plot))
+FIGURES.add("dla", FigureKind(dla_plot))
+register_figure("F8", composition_plot)
 register_figure("F5", spectral_plot)
 register_figure("F4", recall_plot)
 
