@@ -4,8 +4,11 @@ drops on the hand-built induction model, where only the previous-token head matt
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+import torch
 from induction_model import ID_LOW, INDUCTION_HEAD, PREVIOUS_HEAD, SEQ_LEN, VOCAB, induction_model
 from models_zoo import tiny_model
 from safetensors.numpy import load_file
@@ -91,3 +94,35 @@ def test_only_the_previous_token_head_matters_to_the_induction_head():
     assert set(table.receiver) == {"L1H0"}
     assert table.set_index("sender").k_comp.idxmax() == previous
     assert table.set_index("sender").loc[previous, "sender_previous"]
+
+
+def test_f8_brackets_the_link_and_the_report_draws_it(tmp_path):
+    """Two revisions of the hand-built model: without the induction head's keys (no induction head),
+    then whole. F8 names the link between them; the report draws the matrix and the DLA."""
+    from headtrace.findings import write_findings
+    from headtrace.report import build_report
+    from headtrace.screen import screen
+    from headtrace.store import COMPOSITION, ResultsDir
+
+    config = ScreenConfig.of(n_examples=16, seq_len=SEQ_LEN, id_low=ID_LOW, id_high=VOCAB, batch_size=16)
+    probe = synthetic_induction(config.probe)
+    before = induction_model()
+    with torch.no_grad():
+        d = before.config.n_embd
+        before.transformer.h[1].attn.c_attn.weight[:, d : d + d // 3] = 0  # L1H0's keys
+    results = ResultsDir(tmp_path)
+    for name, tokens, model in (("step1", 1e3, before), ("step2", 2e3, induction_model())):
+        adapter = ModelAdapter(model)
+        heads = screen(adapter, probe, config, model_name="toy", revision=name, tokens=tokens)
+        results.write_shard(heads.heads, heads.run)
+        table = composition_table(adapter, heads.heads, probe, config, causal=True)
+        if len(table):
+            results.write_table(COMPOSITION, table)
+    findings = write_findings(tmp_path).set_index("finding")
+    row = findings.loc["F8"]
+    numbers = json.loads(row.numbers)
+    assert row.status == "holds" and (numbers["previous_revision"], numbers["revision"]) == ("step1", "step2")
+    assert numbers["strongest_pair"] == [None, "L0H0 -> L1H0"]
+    assert numbers["final_links"]["L1H0"]["previous_drop"] > 50
+    page = build_report(tmp_path).read_text()
+    assert "composition-toy" in page and "dla-toy" in page
