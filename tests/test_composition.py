@@ -126,3 +126,24 @@ def test_f8_brackets_the_link_and_the_report_draws_it(tmp_path):
     assert numbers["final_links"]["L1H0"]["previous_drop"] > 50
     page = build_report(tmp_path).read_text()
     assert "composition-toy" in page and "dla-toy" in page
+
+
+def test_the_watcher_measures_drops_at_the_onset_bracket(tmp_path):
+    """A watcher with causal composition, shown the model without and then with its induction head:
+    the onset's bracket (both screens) gets the drops of the onset's induction head."""
+    from headtrace.store import COMPOSITION, ResultsDir
+    from headtrace.watch import Watcher
+
+    config = ScreenConfig.of(n_examples=16, seq_len=SEQ_LEN, id_low=ID_LOW, id_high=VOCAB, batch_size=16)
+    before = induction_model()
+    with torch.no_grad():
+        d = before.config.n_embd
+        before.transformer.h[1].attn.c_attn.weight[:, d : d + d // 3] = 0  # L1H0's keys
+    with Watcher(tmp_path, "toy", config, revisions=None, causal_composition=True) as watch:
+        watch.screen(before, 1, 1e3)
+        assert not (tmp_path / COMPOSITION).exists()  # no induction head yet
+        watch.screen(induction_model(), 2, 2e3)
+    table = ResultsDir(tmp_path).read_tables(COMPOSITION).set_index(["revision", "sender"])
+    assert sorted(set(table.index.get_level_values(0))) == ["step000001", "step000002"]
+    assert set(table.receiver) == {"L1H0"} and table["drop"].notna().all()
+    assert table.loc[("step000002", "L0H0"), "drop"] > 50 > table.loc[("step000001", "L0H0"), "sel_clean"]
