@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
 from headtrace.report.data import (
@@ -1158,8 +1158,8 @@ def composition_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         f"{panel.name}: composition of the induction heads (F8)",
         (
             "Left: K-composition (Elhage et al. 2021, ||W_QK W_OV|| / (||W_QK|| ||W_OV||), from the weights) of "
-            "each induction head at the last revision (rows) with every head of earlier layers (columns); blue "
-            "frame: previous-token heads; the number under a score is the change in the induction head's "
+            "each induction head at the last revision (rows) with every head of earlier layers (columns); blue, "
+            "bold: previous-token heads; the number under a score is the change in the induction head's "
             "selectivity when that head alone is ablated, where measured. Rotary embeddings, query/key norms and "
             "input norms are not in these matrices: the scores ignore the rotation. Right: the strongest "
             "K-composition between a previous-token head and an induction head at each revision; shaded: the "
@@ -1183,9 +1183,6 @@ def composition_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         image = left.imshow(k.to_numpy(dtype=float), cmap="viridis", aspect="auto", vmin=0)
         fig.colorbar(image, ax=left, label="K-composition")
         previous = set(final.loc[final.sender_previous.astype(bool), "sender"])
-        for j, sender in enumerate(senders):
-            if sender in previous:
-                left.add_patch(Rectangle((j - 0.5, -0.5), 1, len(receivers), fill=False, ec="C0", lw=2))
         for i in range(len(receivers)):
             for j in range(len(senders)):
                 value, lost = k.iat[i, j], drop.iat[i, j]
@@ -1193,10 +1190,14 @@ def composition_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
                 color = "w" if value < np.nanmax(k.to_numpy(dtype=float)) / 2 else "k"
                 left.text(j, i, text, ha="center", va="center", fontsize=6, color=color)
         left.set_xticks(range(len(senders)), senders, rotation=60, ha="right", fontsize=6.5)
+        for tick, sender in zip(left.get_xticklabels(), senders):
+            if sender in previous:
+                tick.set_color("C0")
+                tick.set_fontweight("bold")
         left.set_yticks(range(len(receivers)), receivers)
         left.set_xlabel("earlier head (writes)")
         left.set_ylabel("induction head (reads)")
-        left.set_title(f"at {panel.names[-1]}")
+        left.set_title(f"K-composition at {panel.names[-1]} (weights; rotary ignored)")
     else:
         left.set_axis_off()
     axis = time_axis(panel)
@@ -1218,7 +1219,7 @@ def composition_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
             before = _at(axis, numbers["previous_revision"]) if numbers.get("previous_revision") else at
             right.axvspan(before, at, color="C3", alpha=0.15, lw=0)
             right.axvline(at, color="C3", ls="--", lw=1)
-        right.set_ylabel("strongest previous-token -> induction K-comp.")
+        right.set_ylabel("strongest previous-token -> induction K-comp.", fontsize=7)
         _use_time_axis(right, axis)
     plot.figure = fig
     return plot
