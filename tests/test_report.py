@@ -201,9 +201,12 @@ def test_inline_svg_prefixes_ids_and_carries_tips(tmp_path):
 # The report on disk and in a browser.
 
 
-def drawn_keys(model: str, spectral: bool, onset: bool = False) -> set[str]:
+def drawn_keys(model: str, spectral: bool, onset: bool = False, dla: bool = False) -> set[str]:
+    """The figures drawn for one model; `dla`: screened with the direct logit attribution (not the
+    study's reference files)."""
     keys = {f"sink-layers-{slug(model)}", f"labels-{slug(model)}", f"induction-{slug(model)}"}
     keys |= {f"onset-{slug(model)}"} if onset else set()
+    keys |= {f"dla-{slug(model)}"} if dla else set()
     return keys | ({f"spectral-{slug(model)}", f"recall-{slug(model)}"} if spectral else set())
 
 
@@ -226,8 +229,8 @@ def test_report_files(pythia_report, tiny_report, tiny_dir):
     assert {p.stem for p in figures.glob("*.png")} == {p.stem for p in figures.glob("*.svg")} == expected
     assert tiny_report == tiny_dir / "elsewhere" / "index.html"
     tiny_figures = {p.stem for p in (tiny_report.parent / "figures").glob("*.png")}
-    assert tiny_figures == {"sink-fraction", "ablations"} | drawn_keys("tiny/gpt-neox", False) | drawn_keys(
-        "tiny/llama", False
+    assert tiny_figures == {"sink-fraction", "ablations"} | drawn_keys("tiny/gpt-neox", False, dla=True) | drawn_keys(
+        "tiny/llama", False, dla=True
     )
     for page in (pythia_report, tiny_report):
         text = page.read_text()
@@ -336,7 +339,12 @@ def check_page(page, log, index: Path, drawn: set[str], gaps: dict[str, str]) ->
 def test_pythia_report_in_chromium(browser, pythia_report):
     page, log = open_page(browser, pythia_report)
     drawn = {"sink-fraction", "milestones"} | drawn_keys(PYTHIA, spectral=True, onset=True)
-    check_page(page, log, pythia_report, drawn, {"ablations": "no ablations in these results"})
+    gaps = {
+        "ablations": "no ablations in these results",
+        f"dla-{slug(PYTHIA)}": "no direct logit attribution in these screens (screened before it existed, or "
+        "TransformerLens)",
+    }
+    check_page(page, log, pythia_report, drawn, gaps)
     assert not page.locator("#tip").is_visible()
     labels = f"fig-labels-{slug(PYTHIA)}"
     text, fill = hover(page, labels, "step143000", 4 * 8 + 4)
@@ -364,8 +372,11 @@ def test_pythia_report_in_chromium(browser, pythia_report):
 
 def test_partial_tiny_panel_in_chromium(browser, tiny_report):
     page, log = open_page(browser, tiny_report)
-    drawn = {"sink-fraction", "ablations"} | drawn_keys("tiny/gpt-neox", False) | drawn_keys("tiny/llama", False)
+    drawn = {"sink-fraction", "ablations"}
+    drawn |= drawn_keys("tiny/gpt-neox", False, dla=True) | drawn_keys("tiny/llama", False, dla=True)
     gaps = {
+        f"composition-{slug('tiny/llama')}": "no composition stored (watch with composition=True, or a "
+        "[composition] section in the panel, writes DIR/composition/)",
         f"recall-{slug('tiny/gpt-neox')}": "no head at 50x at the last revision (seed2)",
         f"onset-{slug('tiny/gpt-neox')}": "no layer at or above the floor (layers 0-1 of 2)",
         f"spectral-{slug('tiny/llama')}": "one revision: a trajectory needs at least two",
