@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from induction_model import ID_LOW, INDUCTION_HEAD, PREVIOUS_HEAD, SEQ_LEN, VOCAB, induction_model
@@ -147,3 +148,30 @@ def test_the_watcher_measures_drops_at_the_onset_bracket(tmp_path):
     assert sorted(set(table.index.get_level_values(0))) == ["step000001", "step000002"]
     assert set(table.receiver) == {"L1H0"} and table["drop"].notna().all()
     assert table.loc[("step000002", "L0H0"), "drop"] > 50 > table.loc[("step000001", "L0H0"), "sel_clean"]
+
+
+def test_a_panels_composition_section_runs_after_the_screen_and_resumes(tmp_path):
+    """`[composition]` with `causal = true` on the last revision of a local series; a second run
+    finds it done."""
+    from headtrace.panel import load_panel, run_panel
+    from headtrace.store import COMPOSITION, ResultsDir
+
+    before = induction_model()
+    with torch.no_grad():
+        d = before.config.n_embd
+        before.transformer.h[1].attn.c_attn.weight[:, d : d + d // 3] = 0  # L1H0's keys
+    before.save_pretrained(tmp_path / "ckpt" / "step1")
+    induction_model().save_pretrained(tmp_path / "ckpt" / "step2")
+    panel = tmp_path / "panel.toml"
+    panel.write_text(
+        f'name = "p"\n[screen]\nn_examples = 16\nseq_len = {SEQ_LEN}\nid_low = {ID_LOW}\nid_high = {VOCAB}\n'
+        f'[[models]]\nid = "toy"\nsource = "local"\npath = "{tmp_path / "ckpt"}"\ntokens_per_step = 1000\n'
+        'revisions = "all"\n[composition]\ncausal = true\nrevisions = "final"\n'
+    )
+    run_panel(load_panel(panel), tmp_path / "out")
+    path = ResultsDir(tmp_path / "out").table_path(COMPOSITION, "toy", "step2")
+    table = pd.read_parquet(path).set_index("sender")
+    assert table.loc["L0H0", "drop"] > 50 and table.receiver.unique().tolist() == ["L1H0"]
+    written = path.stat().st_mtime_ns
+    run_panel(load_panel(panel), tmp_path / "out")
+    assert path.stat().st_mtime_ns == written
