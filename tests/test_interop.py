@@ -30,6 +30,7 @@ NUMBERS = [f"mean_{name}" for name in CHANNELS] + [
     "sink_score",
     "pr",
     "pr_cov",
+    "dla",
 ]
 
 

@@ -341,8 +341,8 @@ def test_pythia_report_in_chromium(browser, pythia_report):
     drawn = {"sink-fraction", "milestones"} | drawn_keys(PYTHIA, spectral=True, onset=True)
     gaps = {
         "ablations": "no ablations in these results",
-        f"dla-{slug(PYTHIA)}": "no direct logit attribution in these screens (screened before it existed, or "
-        "TransformerLens)",
+        f"dla-{slug(PYTHIA)}": "no direct logit attribution stored with these screens "
+        "(imported reference files hold none)",
     }
     check_page(page, log, pythia_report, drawn, gaps)
     assert not page.locator("#tip").is_visible()

@@ -67,20 +67,28 @@ class DirectLogitAttribution:
 
     def __init__(self, adapter, acc_dtype: torch.dtype):
         layout, device = adapter.layout, adapter.device
-        self.adapter = adapter
-        self.norm = adapter.final_norm
-        self.hooked = any(module is self.norm for module in adapter.model.modules())
-        unembedding = adapter.model.get_output_embeddings().weight  # [V, d]
-        width = unembedding.shape[1]
-        self.frozen = (
-            FrozenNorm.of(self.norm, width, device, adapter.dtype)
-            if self.hooked
-            else FrozenNorm(torch.ones(width, device=device), torch.zeros(width, device=device), centres=False)
-        )
-        self.unembedding = unembedding
-        self.scalar = logit_scale(adapter.config)
-        # Output projections as [d, heads * head_dim] in float32, once per screen.
-        self.out = [projection_matrix(proj).float() for proj in adapter.out_proj]
+        if adapter.attention_route == "transformer-lens":
+            model = adapter.model
+            self.norm, self.hooked = model.ln_final, False  # its input and output come from TransformerLens hooks
+            unembedding = model.W_U.T  # [V, d]
+            # W_O [layers, heads, head_dim, d] -> per layer [d, heads * head_dim]
+            self.out = [w.reshape(-1, w.shape[-1]).T.float() for w in model.W_O.detach()]
+            self.scalar = 1.0
+            self.frozen = FrozenNorm.of(self.norm, unembedding.shape[1], device, adapter.dtype)
+        else:
+            self.norm = adapter.final_norm
+            self.hooked = any(module is self.norm for module in adapter.model.modules())
+            unembedding = adapter.model.get_output_embeddings().weight  # [V, d]
+            width = unembedding.shape[1]
+            self.frozen = (
+                FrozenNorm.of(self.norm, width, device, adapter.dtype)
+                if self.hooked
+                else FrozenNorm(torch.ones(width, device=device), torch.zeros(width, device=device), centres=False)
+            )
+            self.scalar = logit_scale(adapter.config)
+            # Output projections as [d, heads * head_dim] in float32, once per screen.
+            self.out = [projection_matrix(proj).float() for proj in adapter.out_proj]
+        self.unembedding = unembedding.detach()
         self.n_heads, self.head_dim = layout.n_heads, layout.head_dim
         self.sums = torch.zeros(layout.n_layers, layout.n_heads, device=device, dtype=acc_dtype)
         self.count = 0
@@ -121,5 +129,5 @@ class DirectLogitAttribution:
         self.outputs, self.residual = {}, None
 
     def means(self) -> torch.Tensor:
-        """[layers, heads]: the mean over the probe."""
-        return self.sums / max(self.count, 1)
+        """[layers, heads]: the mean over the probe (NaN when nothing was added)."""
+        return self.sums / self.count if self.count else torch.full_like(self.sums, float("nan"))

@@ -391,13 +391,12 @@ def screen(
     started = time.time()
     t0 = time.perf_counter()
 
-    dla = None
+    dla = DirectLogitAttribution(adapter, acc_dtype)
     if adapter.attention_route == "transformer-lens":
         routes = _stream_transformer_lens(
-            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit
+            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit, dla
         )
     else:
-        dla = DirectLogitAttribution(adapter, acc_dtype)
         routes = _screen_pass(
             adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit, flash, dla
         )
@@ -489,7 +488,7 @@ def _stream(
 
 
 def _stream_transformer_lens(
-    adapter, probe: _DeviceProbe, batch_size: int, taps, grams, capability, acc_dtype, progress, pr_limit: int
+    adapter, probe: _DeviceProbe, batch_size: int, taps, grams, capability, acc_dtype, progress, pr_limit: int, dla
 ) -> set[str]:
     """A TransformerLens model's pass: each layer's `hook_pattern` (attention probabilities) and
     `hook_z` (per-head outputs) are reduced inside the hook, layer by layer; no cache is kept."""
@@ -507,6 +506,7 @@ def _stream_transformer_lens(
         def hook(z, hook=None):
             fired.add(("hook_z", layer))
             batch = current[-1]
+            dla.keep(layer, z[batch.index, batch.query])
             take = min(batch.rows.stop, pr_limit) - batch.rows.start
             if take > 0:
                 grams[layer].add(z[batch.index[:take], batch.query[:take]])
@@ -516,6 +516,15 @@ def _stream_transformer_lens(
     n_layers = adapter.layout.n_layers
     fwd_hooks = [(f"blocks.{l}.attn.hook_pattern", pattern_hook(l)) for l in range(n_layers)]
     fwd_hooks += [(f"blocks.{l}.attn.hook_z", z_hook(l)) for l in range(n_layers)]
+    residual: list[torch.Tensor] = []  # the final residual stream at the query (for the DLA)
+
+    def residual_hook(x, hook=None):
+        batch = current[-1]
+        residual[:] = [x[batch.index, batch.query]]
+
+    last = f"blocks.{n_layers - 1}.hook_resid_post"
+    if last in getattr(adapter.model, "hook_dict", {}):
+        fwd_hooks.append((last, residual_hook))
     with torch.inference_mode():
         for rows in micro_batches(probe.n, batch_size):
             current[:] = [_Batch(probe, rows, acc_dtype)]
@@ -534,6 +543,10 @@ def _stream_transformer_lens(
                         "hooks): the screen reads attention there; run the model with eager attention"
                     )
             capability.add(logits[batch.index, batch.query].float(), batch.answer)
+            if residual:  # the final norm's output, recomputed from its input
+                x = residual.pop()
+                dla.residual = (x, dla.norm(x[:, None])[:, 0])
+                dla.add(batch.answer, None)
             if progress is not None:
                 progress(rows.stop - rows.start, probe.n)
     return {"transformer-lens"}
@@ -597,7 +610,7 @@ def _head_table(adapter, probe, config, taps, grams, model_name, revision, token
     table["pr"] = pr[..., 0].ravel()
     table["pr_cov"] = pr[..., 1].ravel()
     # Direct logit attribution to the answer at the query, before any final soft-cap (attribution.py).
-    table["dla"] = np.nan if dla is None else dla.means().double().cpu().numpy().ravel()
+    table["dla"] = dla.means().double().cpu().numpy().ravel()
     # The baseline lost precision (or flushed to zero) in the compute dtype: its ratios are unreliable.
     tiny = torch.finfo(adapter.dtype).tiny
     table["baseline_underflow"] = baseline < max(tiny, SELECTIVITY_FLOOR)

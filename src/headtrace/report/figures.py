@@ -1119,7 +1119,7 @@ def dla_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         beside=True,
     )
     if "dla" not in panel.heads or panel.heads["dla"].isna().all():
-        plot.note = "no direct logit attribution in these screens (screened before it existed, or TransformerLens)"
+        plot.note = "no direct logit attribution stored with these screens (imported reference files hold none)"
         return plot
     axis = time_axis(panel)
     x = axis.x[axis.drawn]
