@@ -14,8 +14,9 @@ from headtrace.probes import ProbeSpec, synthetic_induction
 from headtrace.screen import ScreenConfig, screen
 
 # RMSNorm with GQA (logsumexp route), LayerNorm and Conv1D, Gemma's 1 + weight with soft-caps (scores
-# route), a non-parametric LayerNorm, logits divided (Granite), the module-weights routes (BLOOM, GPT-Neo).
-ARCHS = ("llama", "gpt2", "gemma2", "olmo", "granite", "bloom", "gpt_neo", "gpt_neox")
+# route), a non-parametric LayerNorm, logits divided (Granite), the module-weights routes (BLOOM, GPT-Neo),
+# sliding windows (widened values: a mask), learned sinks (scores), Falcon (discovered, eager weights).
+ARCHS = ("llama", "gpt2", "gemma2", "olmo", "granite", "bloom", "gpt_neo", "gpt_neox", "mistral", "gpt_oss", "falcon")
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +77,8 @@ def removal_differences(model, adapter: ModelAdapter, probe) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_dla_is_the_head_removal_difference(arch, probe):
+@pytest.mark.parametrize("arch, route", [(arch, "auto") for arch in ARCHS] + [("llama", "widened")])
+def test_dla_is_the_head_removal_difference(arch, route, probe):
     model = tiny_model(arch)
     adapter = ModelAdapter(model)
     with torch.no_grad():  # a final norm with a gain and a shift of its own, so both are read
@@ -86,8 +87,10 @@ def test_dla_is_the_head_removal_difference(arch, probe):
             param = getattr(adapter.final_norm, name, None)
             if isinstance(param, torch.nn.Parameter):
                 param.add_(0.5 * torch.randn_like(param))
-    heads = screen(adapter, probe, ScreenConfig.of(batch_size=4)).heads
+    result = screen(adapter, probe, ScreenConfig.of(batch_size=4), route=route)
+    heads = result.heads
     expected = removal_differences(model, adapter, probe)
     dla = heads.dla.to_numpy().reshape(expected.shape)
     error, size = np.abs(dla - expected).max(), np.abs(expected).max()
     assert error <= 1e-4 and error <= 1e-3 * size, (error, size)  # within 1e-4, and far below the values
+    assert route == "auto" or result.run.attention_route.iloc[0] == route
