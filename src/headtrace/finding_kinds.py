@@ -547,8 +547,12 @@ class CompositionLink(FindingKind):
         names, tokens = panel.names, panel.tokens
         linked, strength, pairs = [], [], []
         for name in names:
-            rows = heads[(heads.revision == name) & heads.comp_top_sender.notna()]
-            linked.append(bool(rows.comp_top_previous.fillna(False).any()))
+            at = heads[heads.revision == name]
+            rows = at[at.comp_top_sender.notna()]
+            if len(rows):
+                linked.append(bool(rows.comp_top_previous.fillna(False).any()))
+            else:  # no induction head: no link; induction heads without a composition table: not measured
+                linked.append(None if at.induction_circuit.astype(bool).any() else False)
             prev = rows[rows.comp_prev_k.notna()]
             best = prev.loc[prev.comp_prev_k.idxmax()] if len(prev) else None
             strength.append(float(best.comp_prev_k) if best is not None else None)
@@ -572,6 +576,7 @@ class CompositionLink(FindingKind):
             for r in final.itertuples()
         }
         hit = [i for i, value in enumerate(linked) if value]
+        measured = [value for value in linked if value is not None]
         if not hit:
             why = (
                 f"no induction head's strongest K-composition partner is a previous-token head at any of the "
@@ -579,27 +584,31 @@ class CompositionLink(FindingKind):
             )
             return self.finding(DOES_NOT_HOLD, why, numbers, config)
         i = hit[0]
+        # The bracket's lower end: the last revision before where the link is known to be absent.
+        before = next((j for j in range(i - 1, -1, -1) if linked[j] is False), None)
         numbers |= {
             "index": i,
             "revision": names[i],
             "tokens_at": float(tokens[i]),
-            "previous_revision": names[i - 1] if i else None,
-            "previous_tokens": float(tokens[i - 1]) if i else 0.0,
-            "at_final": linked[-1],
+            "previous_revision": names[before] if before is not None else None,
+            "previous_tokens": float(tokens[before]) if before is not None else 0.0,
+            "at_final": measured[-1],
         }
-        bracket = (
-            f"between {names[i - 1]} ({tokens_label(tokens[i - 1])}) and {names[i]} ({tokens_label(tokens[i])})"
-            if i
-            else f"by the first revision, {names[i]} ({tokens_label(tokens[i])})"
-        )
+        at = f"{names[i]} ({tokens_label(tokens[i])})"
+        if before is not None:
+            bracket = f"between {names[before]} ({tokens_label(tokens[before])}) and {at}"
+        elif i:
+            bracket = f"by {at} (not measured before it)"
+        else:
+            bracket = f"by the first revision, {at}"
         statement = (
             f"the previous-token -> induction link forms {bracket} ({pairs[i]}, K-composition {strength[i]:.3f})"
         )
         if pairs[-1] is not None:
             statement += f"; at {names[-1]}: {pairs[-1]}, {strength[-1]:.3f}"
-        if not linked[-1]:
+        if not measured[-1]:
             statement += ", no longer the strongest link there"
-        return self.finding(HOLDS if linked[-1] else DOES_NOT_HOLD, statement, numbers, config)
+        return self.finding(HOLDS if measured[-1] else DOES_NOT_HOLD, statement, numbers, config)
 
     def across_seeds(self, per: Mapping[int, SeedFinding], config: TrajectoryConfig) -> tuple[dict, list[str]]:
         summary = Summary(per)
