@@ -211,7 +211,10 @@ class CompositionStage(Stage):
 
     def done(self, results: ResultsDir, model: str, revision: str, config: ScreenConfig) -> bool:
         path = results.table_path(COMPOSITION, model, revision)
-        return path.is_file() and read_table(path, ["config_hash"]).config_hash.iloc[0] == self.config_hash(config)
+        if not path.is_file():
+            return False
+        stored = read_table(path)  # a watcher's table has no config_hash: computed again here
+        return "config_hash" in stored and len(stored) and stored.config_hash.iloc[0] == self.config_hash(config)
 
     def run(self, checkpoint: CheckpointContext) -> StageResult:
         from headtrace.composition import composition_table  # torch, when a task runs (planning loads none)

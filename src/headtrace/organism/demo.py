@@ -94,6 +94,7 @@ def family_panel_toml(
     ]
     if steps is not None:
         lines.append(f"organism = {{ steps = {steps} }}")
+    lines += ["", "[composition]", 'revisions = "all"']  # the induction heads' composition, from the weights
     return panel_toml(name, screen, {}, ablation_draws) + "\n".join(lines) + "\n"
 
 
