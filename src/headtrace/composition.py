@@ -52,6 +52,11 @@ def _rows(module: nn.Module) -> torch.Tensor:
 def layer_weights(adapter: ModelAdapter, layer: int) -> HeadWeights:
     """W_Q, W_K, W_V, W_O of a layer's heads, read from its attention module's projections."""
     layout = adapter.layout
+    if not hasattr(adapter, "attention"):
+        raise HeadtraceError(
+            "composition reads the projection weights of a Hugging Face model's attention modules; "
+            f"{adapter.model_type} has none to read (screen its Hugging Face model)"
+        )
     attn = adapter.attention[layer]
     h, kv, hd = layout.n_heads, layout.n_kv_heads, layout.head_dim
     if all(hasattr(attn, name) for name in ("q_proj", "k_proj", "v_proj")):
