@@ -82,49 +82,54 @@ def layer_weights(adapter: ModelAdapter, layer: int) -> HeadWeights:
     )
 
 
-def _r(matrix: torch.Tensor) -> torch.Tensor:
-    """R of the QR factorisation of a [d, hd] matrix: ||X A||_F = ||R^T ... || reads off [hd, hd] factors."""
-    return torch.linalg.qr(matrix, mode="r").R
+@dataclass
+class _Factors:
+    """One layer's per-head matrices with the query/key/value heads matched (grouped-query heads get
+    their group's W_K, W_V), and the R factors of their QR factorisations, batched over heads."""
+
+    q: torch.Tensor  # [heads, hd, d]
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor  # [heads, d, hd]
+    rq: torch.Tensor  # [heads, hd, hd]: W_Q^T = U R
+    rk: torch.Tensor
+    rv: torch.Tensor
+    ro: torch.Tensor  # W_O = U R
+
+    @classmethod
+    def of(cls, w: HeadWeights) -> "_Factors":
+        groups = torch.tensor([w.group(h) for h in range(w.q.shape[0])])
+        k, v = w.k[groups], w.v[groups]
+
+        def r(m: torch.Tensor) -> torch.Tensor:
+            return torch.linalg.qr(m, mode="r").R
+
+        return cls(w.q, k, v, w.o, r(w.q.mT), r(k.mT), r(v.mT), r(w.o))
 
 
 def composition_scores(adapter: ModelAdapter, receivers: list[tuple[int, int]]) -> pd.DataFrame:
     """K-, Q- and V-composition of each receiving head with every head of the earlier layers, one
-    row per (receiver, sender). Computed from [hd, hd] factors: with Q = W_Q^T = U_q R_q (QR) and
+    row per (receiver, sender). Computed from [hd, hd] factors: with W_Q^T = U_q R_q (QR) and
     likewise for the others, ||W_Q^T W_K W_O' W_V'||_F = ||R_q (W_K W_O') R_v'^T||_F, exactly."""
     needed = {l for l, _ in receivers} | set(range(max((l for l, _ in receivers), default=0)))
-    weights = {layer: layer_weights(adapter, layer) for layer in needed}
-    factors = {}
-
-    def factor(layer: int, head: int) -> dict[str, torch.Tensor]:
-        if (layer, head) not in factors:
-            w = weights[layer]
-            g = w.group(head)
-            factors[layer, head] = {
-                "q": w.q[head],
-                "k": w.k[g],
-                "v": w.v[g],
-                "o": w.o[head],
-                "rq": _r(w.q[head].T),
-                "rk": _r(w.k[g].T),
-                "rv": _r(w.v[g].T),
-                "ro": _r(w.o[head]),
-            }
-        return factors[layer, head]
-
+    factors = {layer: _Factors.of(layer_weights(adapter, layer)) for layer in sorted(needed)}
+    norm = torch.linalg.matrix_norm
+    sender_norm = {layer: norm(f.ro @ f.rv.mT) for layer, f in factors.items()}  # ||W_OV|| per head
     rows = []
-    n_heads = adapter.layout.n_heads
     for layer, head in receivers:
-        r = factor(layer, head)
-        qk_norm = torch.linalg.matrix_norm(r["rq"] @ r["rk"].T)
-        ov_norm = torch.linalg.matrix_norm(r["ro"] @ r["rv"].T)
+        r = factors[layer]
+        rq, rk, rv, ro = r.rq[head], r.rk[head], r.rv[head], r.ro[head]
+        qk_norm, ov_norm = norm(rq @ rk.T), norm(ro @ rv.T)
         for s_layer in range(layer):
-            for s_head in range(n_heads):
-                s = factor(s_layer, s_head)
-                sender = torch.linalg.matrix_norm(s["ro"] @ s["rv"].T)
-                reads_out = s["o"]  # [d, hd]: W_OV' = W_O' W_V', its left factor
-                k = torch.linalg.matrix_norm(r["rq"] @ (r["k"] @ reads_out) @ s["rv"].T) / (qk_norm * sender)
-                q = torch.linalg.matrix_norm(r["rk"] @ (r["q"] @ reads_out) @ s["rv"].T) / (qk_norm * sender)
-                v = torch.linalg.matrix_norm(r["ro"] @ (r["v"] @ reads_out) @ s["rv"].T) / (ov_norm * sender)
+            s = factors[s_layer]
+            right = s.rv.mT  # [heads, hd, hd]
+            scores = {
+                "k_comp": norm(rq @ (r.k[head] @ s.o) @ right) / (qk_norm * sender_norm[s_layer]),
+                "q_comp": norm(rk @ (r.q[head] @ s.o) @ right) / (qk_norm * sender_norm[s_layer]),
+                "v_comp": norm(ro @ (r.v[head] @ s.o) @ right) / (ov_norm * sender_norm[s_layer]),
+            }
+            values = {name: score.tolist() for name, score in scores.items()}
+            for s_head in range(s.q.shape[0]):
                 rows.append(
                     {
                         "receiver": head_id(layer, head),
@@ -133,9 +138,7 @@ def composition_scores(adapter: ModelAdapter, receivers: list[tuple[int, int]]) 
                         "sender": head_id(s_layer, s_head),
                         "sender_layer": s_layer,
                         "sender_head": s_head,
-                        "k_comp": float(k),
-                        "q_comp": float(q),
-                        "v_comp": float(v),
+                        **{name: values[name][s_head] for name in SCORES},
                     }
                 )
     return pd.DataFrame(rows, columns=[*_PAIR_COLUMNS, *SCORES])
