@@ -447,7 +447,7 @@ def resolve_circuit(
         )
         heads, source = result.heads, "screened"
         if out is not None:
-            ResultsDir(out).write_shard(result.heads, result.run)
+            ResultsDir(out).write_shard(result.heads, result.run, result.patterns)
     circuit = circuit_from_screen(heads, name)
     if not circuit:
         raise HeadtraceError(

@@ -304,6 +304,13 @@ SCREEN_OPTIONS: dict[str, tuple[str, type, object]] = {
             "docs/definitions.md).",
         ),
     ),
+    "keep_patterns": (
+        "keep_patterns",
+        int,
+        typer.Option(
+            0, help="Keep each head's attention rows on this many probe examples (`headtrace show`, the report)."
+        ),
+    ),
 }
 
 

@@ -55,12 +55,13 @@ class ScreenConfig:
     pr_examples: int | None = None  # PR from the first N examples only (the study: 500); None: all of them
     device: str = "cpu"
     batch_size: int = 16
+    keep_patterns: int = 0  # keep the attention rows of this many probe examples (headtrace.patterns)
 
     # Fields that do not change results (up to float rounding): left out of the hash.
     _NOT_HASHED = ("batch_size",)
     # Fields added since results were first written, hashed only away from their default, so that
     # existing results keep their hash.
-    _HASHED_WHEN_SET = {"baseline": "reference", "pr_examples": None}
+    _HASHED_WHEN_SET = {"baseline": "reference", "pr_examples": None, "keep_patterns": 0}
 
     def __init__(self, probe: ProbeSpec | str | None = None, thresholds: Thresholds | None = None, **flat) -> None:
         if isinstance(probe, str):  # the flat spelling names the probe's kind
@@ -102,6 +103,10 @@ class ScreenConfig:
         if self.pr_examples is not None and not 1 <= self.pr_examples <= self.probe.n_examples:
             raise HeadtraceError(
                 f"pr-examples must be between 1 and n-examples ({self.probe.n_examples}) (got {self.pr_examples})"
+            )
+        if not 0 <= self.keep_patterns <= self.probe.n_examples:
+            raise HeadtraceError(
+                f"keep-patterns must be between 0 and n-examples ({self.probe.n_examples}) (got {self.keep_patterns})"
             )
 
     def to_dict(self) -> dict:

@@ -52,6 +52,7 @@ from headtrace.hooks import (
     with_window,
 )
 from headtrace.interop import as_adapter, native_model
+from headtrace.patterns import PatternKeeper
 from headtrace.models import (
     ModelAdapter,
     attention_weights,
@@ -81,6 +82,7 @@ class ScreenResult:
 
     heads: pd.DataFrame
     run: pd.DataFrame
+    patterns: dict[str, np.ndarray] | None = None  # kept attention rows (`keep_patterns`; patterns.py)
 
     def summary(self) -> dict:
         run = self.run.iloc[0]
@@ -174,6 +176,7 @@ class _ProbeAttention:
         self.flash = flash  # the CPU flash op returning log-sum-exps (`_logsumexp_op`); None: widened values only
         self.batch: _Batch | None = None
         self.routes: set[str] = set()
+        self.keeper: PatternKeeper | None = None  # keeps the attention rows of a few examples
 
     def __call__(self, module, query, key, value, attention_mask, **kwargs):
         layer = self.layer_of_attention.get(id(module))
@@ -187,7 +190,11 @@ class _ProbeAttention:
             self.routes.add("scores")
             out, probs, sink = scores_attention(module, query, key, value, attention_mask, **kwargs)
             measure_probabilities(probs, sink, tap, self.batch)
+            if self.keeper is not None:
+                self.keeper.take(layer, self.batch.rows, probs)
             return out, None
+        if self.keeper is not None:
+            self.keeper.take_from_scores(layer, self.batch.rows, module, query, key, value, attention_mask, kwargs)
         if self.flash is not None and _plain_causal_cpu(module, query, key, attention_mask, kwargs):
             self.routes.add("logsumexp")
             return _attention_with_logsumexp(self.flash, module, query, key, value, kwargs["scaling"], tap, self.batch)
@@ -206,6 +213,8 @@ class _ProbeAttention:
                     f"layer {layer}'s attention module returned no attention weights during the screen"
                 )
             measure_probabilities(weights.float(), None, self.taps[layer], self.batch)
+            if self.keeper is not None:
+                self.keeper.take(layer, self.batch.rows, weights)
 
         return hook
 
@@ -387,16 +396,29 @@ def screen(
     capability = CapabilityAccumulator(device, acc_dtype)
     pr_limit = config.pr_examples or probe.n  # PR from the first pr_examples examples (docs/definitions.md)
     device_probe = _DeviceProbe(probe, device, acc_dtype)
+    keeper = (
+        PatternKeeper(probe, config.keep_patterns, layout.n_layers, layout.n_heads) if config.keep_patterns else None
+    )
     started = time.time()
     t0 = time.perf_counter()
 
     if adapter.attention_route == "transformer-lens":
         routes = _stream_transformer_lens(
-            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit
+            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit, keeper
         )
     else:
         routes = _screen_pass(
-            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit, flash
+            adapter,
+            device_probe,
+            config.batch_size,
+            taps,
+            grams,
+            capability,
+            acc_dtype,
+            progress,
+            pr_limit,
+            flash,
+            keeper,
         )
 
     check_finite_activations(taps, grams, capability, f"{model_name}@{revision}" if revision else model_name)
@@ -415,7 +437,7 @@ def screen(
         started,
         "+".join(sorted(routes)),
     )
-    return ScreenResult(heads=heads, run=run)
+    return ScreenResult(heads=heads, run=run, patterns=keeper.arrays() if keeper else None)
 
 
 def _screen_pass(
@@ -429,10 +451,12 @@ def _screen_pass(
     progress,
     pr_limit: int,
     flash: Callable | None,
+    keeper: PatternKeeper | None = None,
 ) -> set[str]:
     """A Hugging Face model's pass: its attention read on its route (models.ATTENTION_ROUTES), the
     head outputs at each output projection's input; returns the routes that ran."""
     active = _ProbeAttention(adapter, taps, flash)
+    active.keeper = keeper
     reading = adapter.attention_route
     if reading == "interface":
         attention = attention_function(adapter, active)
@@ -481,7 +505,16 @@ def _stream(
 
 
 def _stream_transformer_lens(
-    adapter, probe: _DeviceProbe, batch_size: int, taps, grams, capability, acc_dtype, progress, pr_limit: int
+    adapter,
+    probe: _DeviceProbe,
+    batch_size: int,
+    taps,
+    grams,
+    capability,
+    acc_dtype,
+    progress,
+    pr_limit: int,
+    keeper=None,
 ) -> set[str]:
     """A TransformerLens model's pass: each layer's `hook_pattern` (attention probabilities) and
     `hook_z` (per-head outputs) are reduced inside the hook, layer by layer; no cache is kept."""
@@ -492,6 +525,8 @@ def _stream_transformer_lens(
         def hook(pattern, hook=None):
             fired.add(("hook_pattern", layer))
             measure_probabilities(pattern.float(), None, taps[layer], current[-1])
+            if keeper is not None:
+                keeper.take(layer, current[-1].rows, pattern)
 
         return hook
 
@@ -687,7 +722,7 @@ def screen_checkpoint(
         progress=progress,
     )
     if out is not None:
-        ResultsDir(out).write_shard(result.heads, result.run)
+        ResultsDir(out).write_shard(result.heads, result.run, result.patterns)
     return result
 
 
@@ -728,7 +763,7 @@ def screen_model(
     with evaluating(adapter.model):
         result = screen(adapter, probe, config, model_name=name, revision=revision, tokens=tokens, progress=progress)
     if out is not None:
-        ResultsDir(out).write_shard(result.heads, result.run)
+        ResultsDir(out).write_shard(result.heads, result.run, result.patterns)
     return result
 
 

@@ -133,7 +133,7 @@ class ScreenStage(Stage):
         heads = result.heads
         if checkpoint.member is not None:
             heads, run = tag(heads, *checkpoint.member), tag(run, *checkpoint.member)
-        checkpoint.results.write_shard(heads, run)
+        checkpoint.results.write_shard(heads, run, result.patterns)
         return StageResult(record=run.iloc[0].to_dict())
 
 

@@ -7,6 +7,7 @@ Layout of a results directory (pandas, polars and DuckDB read each folder as one
     DIR/heads/<model-slug>@<revision>.parquet      one row per head
     DIR/runs/<model-slug>@<revision>.parquet       one row: the run record (capability, config, timings)
     DIR/ablations/<model-slug>@<revision>.parquet  one row per ablation condition (ablation.py)
+    DIR/patterns/<model-slug>@<revision>.npz       kept attention rows (`keep_patterns`; patterns.py)
     DIR/manifest.json                              what a panel run or a watched training run wrote
     DIR/.headtrace.lock                            held by the panel or watcher writing the folder
     DIR/findings.parquet, findings.md, expect.json the findings (findings.py)
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
 import pandas as pd
 import pyarrow
 import pyarrow.parquet
@@ -47,6 +49,7 @@ from headtrace.schema import SCHEMA_VERSION
 HEADS = "heads"
 RUNS = "runs"
 ABLATIONS = "ablations"
+PATTERNS = "patterns"
 MANIFEST = "manifest.json"
 FINDINGS = "findings.parquet"
 FINDINGS_MD = "findings.md"
@@ -222,6 +225,9 @@ class ResultsDir:
     def ablation_path(self, model: str, revision: str | None) -> Path:
         return self.table_path(ABLATIONS, model, revision)
 
+    def patterns_path(self, model: str, revision: str | None) -> Path:
+        return self.table_path(PATTERNS, model, revision).with_suffix(".npz")
+
     @property
     def manifest(self) -> Path:
         return self.root / MANIFEST
@@ -248,13 +254,20 @@ class ResultsDir:
 
     # Writing.
 
-    def write_shard(self, heads: pd.DataFrame, run: pd.DataFrame) -> Path:
-        """Write one (model, revision) shard: heads first, the run record (the completion marker) last.
-        Returns the run file's path."""
+    def write_shard(
+        self, heads: pd.DataFrame, run: pd.DataFrame, patterns: dict[str, np.ndarray] | None = None
+    ) -> Path:
+        """Write one (model, revision) shard: heads first, then the kept attention patterns (an
+        earlier shard's are removed when there are none), the run record (the completion marker)
+        last. Returns the run file's path."""
         record = run.iloc[0]
         model, revision = str(record["model"]), str(record["revision"])
         with writing_results(self.root):
             write_parquet_atomic(heads, self.heads_path(model, revision))
+            if patterns is None:
+                self.patterns_path(model, revision).unlink(missing_ok=True)
+            else:
+                atomic_write(self.patterns_path(model, revision), lambda tmp: _save_npz(tmp, patterns))
             write_parquet_atomic(run, self.run_path(model, revision))
         return self.run_path(model, revision)
 
@@ -341,9 +354,27 @@ class ResultsDir:
         paths = sorted((self.root / folder).glob("*.parquet"))
         return pd.concat([read_table(p) for p in paths], ignore_index=True) if paths else None
 
+    def read_patterns(self, model: str, revision: str | None) -> dict[str, np.ndarray] | None:
+        """The attention rows kept for (model, revision) (patterns.PatternKeeper.arrays), else None."""
+        path = self.patterns_path(model, revision)
+        if not path.is_file():
+            return None
+        try:
+            with np.load(path) as stored:
+                return {name: stored[name] for name in stored.files}
+        except (OSError, ValueError) as exc:
+            raise HeadtraceError(
+                f"cannot read '{path}': {exc}; screen that revision again (or delete the file)"
+            ) from None
+
     def read_ablations(self) -> pd.DataFrame | None:
         """Every ablation condition stored, one row per condition."""
         return self.read_tables(ABLATIONS)
+
+
+def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    with open(path, "wb") as handle:  # a file object: np.savez would add ".npz" to the temporary name
+        np.savez_compressed(handle, **arrays)
 
 
 def _stored_hash(path: Path) -> str | None:

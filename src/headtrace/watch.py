@@ -465,7 +465,7 @@ class Watcher:
             config = self._prepared(adapter)
             result = screen(adapter, self._probe, config, model_name=self.model_id, revision=name, tokens=tokens)
         run = run_record(result.run, "watch", step=int(step), run_id=self.run_id)
-        self.results.write_shard(result.heads, run)
+        self.results.write_shard(result.heads, run, result.patterns)
         self._runs.append(run.assign(shard=shard_name(self.model_id, name)))
         self._write_manifest()
         self.screened.append({"revision": name, "step": int(step), "tokens": tokens})
@@ -474,7 +474,7 @@ class Watcher:
             if reached:
                 self._save(model, name, step, tokens, reached)
         self.screen_s += time.perf_counter() - started
-        return ScreenResult(heads=result.heads, run=run)
+        return ScreenResult(heads=result.heads, run=run, patterns=result.patterns)
 
     def has_screened(self, revisions: Iterable[str], run_id: str | None = None) -> bool:
         """Whether the results folder holds each of these revisions of this model, with this config,
