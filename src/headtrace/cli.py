@@ -1023,6 +1023,22 @@ def _revision_cells(model: str, revision: str, heads, row) -> list[str]:
 
 
 @app.command()
+def show(
+    results: Path = typer.Argument(..., help="Results directory."),
+    head: str = typer.Argument(..., help="The head, as L<layer>H<head> (e.g. L4H4)."),
+    model: Optional[str] = typer.Option(None, help="The model, where the folder holds several."),
+    revision: Optional[str] = typer.Option(None, help="The revision whose attention is shown [the last one stored]."),
+) -> None:
+    """One head: its top attended positions on the kept probe examples, its six selectivities and its trajectory."""
+    from headtrace.headview import open_results
+
+    found = open_results(results).head(head, model)
+    if revision is not None:
+        found.at(revision)  # an unknown revision is an error
+    out_console.print(found.text(revision), highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
 def results(
     out: Path = typer.Argument(..., help="Results directory written by `headtrace run` or `screen --out`."),
     save: Optional[Path] = typer.Option(

@@ -94,6 +94,19 @@ class ScreenResult:
             "underflow_heads": int(self.heads.baseline_underflow.sum()),
         }
 
+    def _results(self):
+        from headtrace.headview import Results  # the notebook view (torch-free)
+
+        kept = {(str(self.run.model[0]), str(self.run.revision[0])): self.patterns}
+        return Results(self.heads, self.run, lambda model, revision: kept.get((model, revision)))
+
+    def head(self, head_id: str):
+        """One head's view (headview.Head): selectivities, label, kept attention rows."""
+        return self._results().head(head_id)
+
+    def _repr_html_(self) -> str:
+        return self._results()._repr_html_()
+
 
 # --------------------------------------------------------------------------------------------
 # The attention tap: SDPA with target channels appended to the values.
