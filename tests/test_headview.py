@@ -4,6 +4,7 @@ head (L1H0) attends from the query to B."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -119,3 +120,50 @@ def test_a_screen_result_renders_as_html_with_its_head_view(tmp_path):
     assert "Head view of L1H0" in "".join(page.text)
     assert result.head("L1H0").top_positions("step200").mark[0] == "B"
     assert list(result.heads.columns)[:3] == ["model", "revision", "tokens"]  # the table as it was
+
+
+def test_the_report_head_view_opens_on_a_click_in_the_label_grid(results, tmp_path):
+    """In chromium: a click on L1H0's cell of the step200 grid draws its query row, B the most
+    attended; the slider goes back to step100; no console error, no request beyond the page."""
+    from test_report import SHAPE_CENTER, open_page
+
+    from headtrace.report import build_report
+    from headtrace.store import slug
+
+    index = build_report(results, tmp_path / "report")
+    assert index.stat().st_size < 5e6
+    with contextlib.ExitStack() as stack:
+        chromium = stack.enter_context(_chromium())
+        page, log = open_page(chromium, index)
+        assert page.locator(".hv-strip").count() == 0
+        figure = f"fig-labels-{slug(MODEL)}"
+        target = page.evaluate(SHAPE_CENTER, [figure, "L0H0 · step200", 3])  # layer 1, head 0 of 3
+        page.mouse.click(target["x"], target["y"])
+        strip = page.locator(f"#model-{slug(MODEL)} .hv-strip")
+        assert strip.count() == 1 and strip.get_attribute("data-head") == "L1H0"
+        assert strip.get_attribute("data-revision") == "step200"
+        assert "L1H0 at step200" in page.locator(f"#model-{slug(MODEL)} .hv-title").inner_text()
+        top = page.locator(f"#model-{slug(MODEL)} .hv-top").inner_text()
+        assert top.startswith("most attended: ") and top.split(": ")[1].split(",")[0].split()[1] == "(B)"
+        page.locator(f"#model-{slug(MODEL)} .hv-slider").fill("0")
+        assert strip.get_attribute("data-revision") == "step100"
+        assert "L1H0 at step100" in page.locator(f"#model-{slug(MODEL)} .hv-title").inner_text()
+        page.locator(f"#model-{slug(MODEL)} .headview").screenshot(path=tmp_path / "headview.png")
+        page.locator(f"#model-{slug(MODEL)} .hv-examples button").nth(2).click()
+        assert "hv-on" in page.locator(f"#model-{slug(MODEL)} .hv-examples button").nth(2).get_attribute("class")
+        assert "No attention patterns were kept" in page.locator(f"#model-{slug(PLAIN)} .headview").inner_text()
+        assert log["errors"] == []
+        assert [url for url in log["requests"] if not url.startswith("data:")] == [index.as_uri()]
+
+
+@contextlib.contextmanager
+def _chromium():
+    from playwright.sync_api import sync_playwright
+    from test_report import CHROMIUM, CHROMIUM_FLAGS
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()

@@ -16,6 +16,7 @@ import pandas as pd
 from headtrace.families import Gap, read_gaps
 from headtrace.family_findings import across_seeds, members, summary_numbers
 from headtrace.findings import findings_table
+from headtrace.headview import Results, report_data
 from headtrace.probes import CLASSES
 from headtrace.schema import random_draws_summary
 from headtrace.store import ABLATIONS, ResultsDir
@@ -49,6 +50,7 @@ class ReportData:
     unfinished: list[str]  # shards with a heads file but no run record
     families: dict[str, dict[int, str]] = field(default_factory=dict)  # family -> {seed: model} (families.py)
     gaps: list[Gap] = field(default_factory=list)  # revisions a family member lacks (from the manifest)
+    head_views: dict[str, dict] = field(default_factory=dict)  # model -> headview.report_data, where patterns were kept
 
     def panel(self, model: str) -> ModelTrajectory:
         return next(p for p in self.panels if p.name == model)
@@ -81,6 +83,8 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
     revisions = pd.concat([p.revisions for p in panels], ignore_index=True)
     gaps = read_gaps(out)
     table = findings_table(out, heads, runs, config, gaps)
+    views = Results(heads, runs, results.read_patterns)
+    head_views = {model: report_data(views, model) for model in views.models}
     return ReportData(
         results_dir=out,
         runs=runs,
@@ -93,6 +97,7 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
         unfinished=results.unfinished_shards(),
         families=members(runs),
         gaps=gaps,
+        head_views={model: view for model, view in head_views.items() if view is not None},
     )
 
 

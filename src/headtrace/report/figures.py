@@ -84,6 +84,7 @@ class Plot:
     note: str = ""  # why the figure is not drawn (figure is None)
     tips: dict[str, list[str]] = field(default_factory=dict)
     beside: bool = False  # the page sets it beside the figure before it
+    heads: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # gid -> (revision, head per shape): clicks
 
     def tip(self, artist, texts: Sequence[str]) -> None:
         gid = f"tip{len(self.tips)}"
@@ -635,7 +636,8 @@ def labels_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
             f"Each head's label at each revision of {panel.name}{shown}: rows are layers (0 at the bottom), columns "
             "heads. A head's label is its best class (largest selectivity of the six classes: attention to the "
             "class's target position over the baseline) when that selectivity is >= "
-            f"{c.thresholds.label_threshold:g}x, else unclassified. Hover a cell for the head's numbers."
+            f"{c.thresholds.label_threshold:g}x, else unclassified. Hover a cell for the head's numbers; click it for "
+            "its attention in the head view below (where the screen kept patterns)."
         ),
     )
     n_layers, n_heads = panel.heads.layer.max() + 1, panel.heads["head"].max() + 1
@@ -653,6 +655,7 @@ def labels_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         mesh = ax.pcolormesh(codes, cmap=cmap, norm=norm, edgecolors="white", linewidth=0.3)
         rows = panel.heads.loc[panel.heads.revision == revision].sort_values(["layer", "head"])  # the mesh's order
         plot.tip(mesh, [_head_tip(r, tokens[revision]) for r in rows.itertuples()])
+        plot.heads[mesh.get_gid()] = (revision, list(rows.head_id))  # a click opens the head view
         ax.set_title(revision_label(revision, tokens[revision]), fontsize=7)
         ax.set_xticks([0.5, n_heads - 0.5], ["0", str(n_heads - 1)], fontsize=6)
         ax.set_yticks([0.5, n_layers - 0.5], ["0", str(n_layers - 1)], fontsize=6)
