@@ -86,3 +86,10 @@ def test_patterns_are_stored_beside_the_shard_and_the_default_keeps_none(probe, 
 def test_keep_patterns_is_hashed_only_when_set():
     assert ScreenConfig().config_hash == ScreenConfig.of(keep_patterns=0).config_hash
     assert ScreenConfig().config_hash != ScreenConfig.of(keep_patterns=4).config_hash
+
+
+def test_keep_patterns_is_checked():
+    from headtrace.errors import HeadtraceError
+
+    with pytest.raises(HeadtraceError, match="keep-patterns must be between 0 and n-examples"):
+        ScreenConfig.of(n_examples=4, keep_patterns=5).validate()

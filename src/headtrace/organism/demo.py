@@ -45,7 +45,8 @@ def demo_screen(corpus: CorpusConfig, n_examples: int = 256) -> ScreenConfig:
     """A small synthetic-induction screen that fits the organism: ids inside its vocabulary (above
     the special tokens), BOS prepended so position 0 is BOS and the length is the training length.
     The baseline is clean: at this length the reference baseline's induction ceiling (62.7x) sits
-    just above the 50x threshold (docs/definitions.md, "The baseline and its ceiling")."""
+    just above the 50x threshold (docs/definitions.md, "The baseline and its ceiling"). The
+    attention of 4 examples is kept for the report's head view."""
     return ScreenConfig.of(
         n_examples=n_examples,
         seq_len=corpus.seq_len - 1,
@@ -54,6 +55,7 @@ def demo_screen(corpus: CorpusConfig, n_examples: int = 256) -> ScreenConfig:
         prepend_bos=True,
         batch_size=64,
         baseline="clean",
+        keep_patterns=min(4, n_examples),
     )
 
 
