@@ -42,11 +42,22 @@ HEAD_ID = re.compile(r"^L(\d+)H(\d+)$")
 PatternLoader = Callable[[str, str], "dict[str, np.ndarray] | None"]
 
 
-def query_rows(patterns: dict[str, np.ndarray], layer: int, head: int) -> np.ndarray:
-    """[K, L]: one head's query row on each kept example (the last row of its window), float32."""
-    rows = patterns["rows"][:, layer, head]  # [K, W, L]
+EXAMPLE_KEYS = ("examples", "input_ids", "query", "answer", "induction", "duplicate")
+
+
+def query_rows(patterns: dict[str, np.ndarray]) -> np.ndarray:
+    """[K, layers, heads, L]: every head's query row on each kept example (the last row of its
+    window), float32."""
     last = (patterns["row_positions"] >= 0).sum(axis=1) - 1
-    return rows[np.arange(len(rows)), last].astype(np.float32)
+    return np.stack([patterns["rows"][k, :, :, w] for k, w in enumerate(last)]).astype(np.float32)
+
+
+def slim(patterns: dict[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
+    """What the views read of stored patterns: the query rows (`query_rows`) and the kept
+    examples' tokens and positions; the window rows are left behind."""
+    if patterns is None:
+        return None
+    return {"query_rows": query_rows(patterns), **{key: patterns[key] for key in EXAMPLE_KEYS}}
 
 
 def example_marks(patterns: dict[str, np.ndarray], slot: int) -> dict[str, int]:
@@ -75,7 +86,7 @@ class Head:
     layer: int
     head: int
     trajectory: pd.DataFrame
-    patterns: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # revision -> stored arrays
+    patterns: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # revision -> `slim` arrays
     shape: tuple[int, int] = (0, 0)  # (layers, heads) of the model
 
     def at(self, revision: str | None = None) -> pd.Series:
@@ -91,7 +102,7 @@ class Head:
     def rows(self, revision: str) -> np.ndarray | None:
         """[K, L] query rows at `revision`, or None where no patterns were stored."""
         stored = self.patterns.get(revision)
-        return None if stored is None else query_rows(stored, self.layer, self.head)
+        return None if stored is None else stored["query_rows"][:, self.layer, self.head]
 
     def pattern_revision(self, revision: str | None = None) -> str | None:
         """The revision whose patterns are shown: `revision` when stored there, else the last one stored."""
@@ -104,7 +115,7 @@ class Head:
         """The query row's k most attended positions on kept example `slot` (those of 0.001 or more),
         with their tokens and marks."""
         stored = self.patterns[revision]
-        row = query_rows(stored, self.layer, self.head)[slot]
+        row = stored["query_rows"][slot, self.layer, self.head]
         marks = example_marks(stored, slot)
         valid = np.flatnonzero(np.isfinite(row))
         order = valid[np.argsort(-row[valid], kind="stable")][:k]
@@ -251,7 +262,7 @@ class Results:
     def __init__(self, heads: pd.DataFrame, runs: pd.DataFrame, patterns: PatternLoader, where: str = ""):
         self.heads = training_order(heads, ("layer", "head"))
         self.runs = training_order(runs)
-        self._patterns = patterns
+        self.read_patterns = patterns  # (model, revision) -> stored arrays or None
         self.where = where
 
     @property
@@ -281,7 +292,7 @@ class Results:
         trajectory = heads.loc[(heads.layer == layer) & (heads["head"] == index)].reset_index(drop=True)
         patterns = {}
         for revision in trajectory.revision:
-            stored = self._patterns(model, revision)
+            stored = slim(self.read_patterns(model, revision))
             if stored is not None:
                 patterns[revision] = stored
         return Head(model, f"L{layer}H{index}", layer, index, trajectory, patterns, shape)
@@ -356,7 +367,7 @@ def report_data(results: Results, model: str) -> dict | None:
     patterns were stored; the kept examples' tokens and marks. None without stored patterns."""
     heads = results.heads.loc[results.heads.model == model]
     revisions = list(dict.fromkeys(heads.revision))
-    stored = {r: results._patterns(model, r) for r in revisions}
+    stored = {r: slim(results.read_patterns(model, r)) for r in revisions}
     stored = {r: p for r, p in stored.items() if p is not None}
     if not stored:
         return None
@@ -380,7 +391,7 @@ def report_data(results: Results, model: str) -> dict | None:
             "labels": [str(everywhere.label.get(r, "")) for r in revisions],
             "sel": [[_number(everywhere[c].get(r, np.nan)) for c in SELECTIVITIES] for r in revisions],
             "rows": {
-                r: [_packed(q, int(p["query"][s])) for s, q in enumerate(query_rows(p, layer, index))]
+                r: [_packed(q, int(p["query"][s])) for s, q in enumerate(p["query_rows"][:, layer, index])]
                 for r, p in stored.items()
             },
         }
