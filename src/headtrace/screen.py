@@ -52,7 +52,6 @@ from headtrace.hooks import (
     with_window,
 )
 from headtrace.interop import as_adapter, native_model
-from headtrace.patterns import PatternKeeper
 from headtrace.models import (
     ModelAdapter,
     attention_weights,
@@ -63,6 +62,7 @@ from headtrace.models import (
     load_model,
     load_tokenizer,
 )
+from headtrace.patterns import PatternKeeper
 from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
 from headtrace.schema import SCHEMA_VERSION  # noqa: F401 (re-exported)
 from headtrace.schema import SELECTIVITY_FLOOR, ScreenConfig, add_labels, head_id
@@ -148,6 +148,7 @@ class _DeviceProbe:
         positions[:, CHANNELS.index("baseline"), : probe.baseline.shape[1]] = probe.baseline
         self.positions = as_device(positions)
         self.defined = as_device(probe.channel_defined(), acc_dtype)
+        self.keeper: PatternKeeper | None = None  # keeps a few examples' attention rows (`keep_patterns`)
 
 
 class _Batch:
@@ -175,6 +176,7 @@ class _Batch:
         self.index = torch.arange(len(self.query), device=device)
         self.rows = rows
         self.pending: list[tuple] = []  # per layer, from `_attention_with_logsumexp`
+        self.keeper = probe.keeper
 
 
 class _ProbeAttention:
@@ -189,7 +191,6 @@ class _ProbeAttention:
         self.flash = flash  # the CPU flash op returning log-sum-exps (`_logsumexp_op`); None: widened values only
         self.batch: _Batch | None = None
         self.routes: set[str] = set()
-        self.keeper: PatternKeeper | None = None  # keeps the attention rows of a few examples
 
     def __call__(self, module, query, key, value, attention_mask, **kwargs):
         layer = self.layer_of_attention.get(id(module))
@@ -203,11 +204,13 @@ class _ProbeAttention:
             self.routes.add("scores")
             out, probs, sink = scores_attention(module, query, key, value, attention_mask, **kwargs)
             measure_probabilities(probs, sink, tap, self.batch)
-            if self.keeper is not None:
-                self.keeper.take(layer, self.batch.rows, probs)
+            if self.batch.keeper is not None:
+                self.batch.keeper.take(layer, self.batch.rows, probs)
             return out, None
-        if self.keeper is not None:
-            self.keeper.take_from_scores(layer, self.batch.rows, module, query, key, value, attention_mask, kwargs)
+        if self.batch.keeper is not None:  # the routes below compute no probabilities
+            self.batch.keeper.take_from_scores(
+                layer, self.batch.rows, module, query, key, value, attention_mask, kwargs
+            )
         if self.flash is not None and _plain_causal_cpu(module, query, key, attention_mask, kwargs):
             self.routes.add("logsumexp")
             return _attention_with_logsumexp(self.flash, module, query, key, value, kwargs["scaling"], tap, self.batch)
@@ -226,8 +229,8 @@ class _ProbeAttention:
                     f"layer {layer}'s attention module returned no attention weights during the screen"
                 )
             measure_probabilities(weights.float(), None, self.taps[layer], self.batch)
-            if self.keeper is not None:
-                self.keeper.take(layer, self.batch.rows, weights)
+            if self.batch.keeper is not None:
+                self.batch.keeper.take(layer, self.batch.rows, weights)
 
         return hook
 
@@ -409,29 +412,18 @@ def screen(
     capability = CapabilityAccumulator(device, acc_dtype)
     pr_limit = config.pr_examples or probe.n  # PR from the first pr_examples examples (docs/definitions.md)
     device_probe = _DeviceProbe(probe, device, acc_dtype)
-    keeper = (
-        PatternKeeper(probe, config.keep_patterns, layout.n_layers, layout.n_heads) if config.keep_patterns else None
-    )
+    if config.keep_patterns:
+        device_probe.keeper = PatternKeeper(probe, config.keep_patterns, layout.n_layers, layout.n_heads)
     started = time.time()
     t0 = time.perf_counter()
 
     if adapter.attention_route == "transformer-lens":
         routes = _stream_transformer_lens(
-            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit, keeper
+            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit
         )
     else:
         routes = _screen_pass(
-            adapter,
-            device_probe,
-            config.batch_size,
-            taps,
-            grams,
-            capability,
-            acc_dtype,
-            progress,
-            pr_limit,
-            flash,
-            keeper,
+            adapter, device_probe, config.batch_size, taps, grams, capability, acc_dtype, progress, pr_limit, flash
         )
 
     check_finite_activations(taps, grams, capability, f"{model_name}@{revision}" if revision else model_name)
@@ -450,7 +442,8 @@ def screen(
         started,
         "+".join(sorted(routes)),
     )
-    return ScreenResult(heads=heads, run=run, patterns=keeper.arrays() if keeper else None)
+    patterns = device_probe.keeper.arrays() if device_probe.keeper else None
+    return ScreenResult(heads=heads, run=run, patterns=patterns)
 
 
 def _screen_pass(
@@ -464,12 +457,10 @@ def _screen_pass(
     progress,
     pr_limit: int,
     flash: Callable | None,
-    keeper: PatternKeeper | None = None,
 ) -> set[str]:
     """A Hugging Face model's pass: its attention read on its route (models.ATTENTION_ROUTES), the
     head outputs at each output projection's input; returns the routes that ran."""
     active = _ProbeAttention(adapter, taps, flash)
-    active.keeper = keeper
     reading = adapter.attention_route
     if reading == "interface":
         attention = attention_function(adapter, active)
@@ -518,16 +509,7 @@ def _stream(
 
 
 def _stream_transformer_lens(
-    adapter,
-    probe: _DeviceProbe,
-    batch_size: int,
-    taps,
-    grams,
-    capability,
-    acc_dtype,
-    progress,
-    pr_limit: int,
-    keeper=None,
+    adapter, probe: _DeviceProbe, batch_size: int, taps, grams, capability, acc_dtype, progress, pr_limit: int
 ) -> set[str]:
     """A TransformerLens model's pass: each layer's `hook_pattern` (attention probabilities) and
     `hook_z` (per-head outputs) are reduced inside the hook, layer by layer; no cache is kept."""
@@ -538,8 +520,8 @@ def _stream_transformer_lens(
         def hook(pattern, hook=None):
             fired.add(("hook_pattern", layer))
             measure_probabilities(pattern.float(), None, taps[layer], current[-1])
-            if keeper is not None:
-                keeper.take(layer, current[-1].rows, pattern)
+            if current[-1].keeper is not None:
+                current[-1].keeper.take(layer, current[-1].rows, pattern)
 
         return hook
 
