@@ -818,6 +818,103 @@ def report(
     )
 
 
+def _bytes_text(size: float) -> str:
+    from rich.filesize import decimal
+
+    return decimal(int(size))
+
+
+@app.command("revisions")
+def revisions_command(
+    model: str = typer.Argument(..., help="Hub id, or a local folder with one checkpoint subfolder per revision."),
+    log: int = typer.Option(10, "--log", min=1, help="Print the panel-ready log:N selection for this N."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON (stdout) instead."),
+    tokens_per_step: Optional[float] = typer.Option(
+        None, help="Tokens per training step, for names headtrace cannot read tokens from."
+    ),
+    attempts: int = typer.Option(6, min=1, help="Tries per hub request before the hub counts as unreachable."),
+) -> None:
+    """List a checkpoint series before downloading it: steps, tokens, weight sizes, duplicates."""
+    import json
+
+    from headtrace.errors import HubUnreachable
+    from headtrace.revisions import NameMap
+    from headtrace.series import list_series
+    from headtrace.sources import HubSource, LocalSource, RetryPolicy, is_local
+
+    names = NameMap(tokens_per_step=tokens_per_step)
+    if is_local(model):
+        folder = Path(model).expanduser()
+        from headtrace.organism.config import REVISIONS_FILE
+
+        source = LocalSource(str(folder), model=model, names=names, organism=(folder / REVISIONS_FILE).is_file())
+        console.print(
+            f"{escape(model)} is a local folder: its weights are hashed, which reads every byte", highlight=False
+        )
+        with progress_bars("hash the weight files", waiting="list the revisions") as (hashed,):
+            found = list_series(source, on_bytes=hashed)
+    else:
+        source = HubSource(model, names, RetryPolicy(attempts=attempts))
+        with progress_bar(f"list the revisions of {model}", waiting="ask the hub for the refs") as listed:
+            try:
+                found = list_series(source, progress=listed)
+            except HubUnreachable as exc:
+                raise HubUnreachable(f"{exc} (no cached listing of {model} to show)") from None
+    if not found.listed:
+        raise HeadtraceError(f"'{model}' has no revisions with weight files")
+    if as_json:
+        out_console.print_json(json.dumps(found.to_json(log)))
+    else:
+        _print_series(found, log)
+    if found.from_cache:
+        raise HubUnreachable(f"{found.error}; the listing above is the offline cache's answer")
+
+
+def _print_series(found, log: int) -> None:
+    """`headtrace revisions`: the table, the duplicates and the panel-ready selection."""
+    aliases: dict[str, list[str]] = {}
+    for alias, target in found.aliases.items():
+        aliases.setdefault(target, []).append(alias)
+    marks: dict[str, list[str]] = {}
+    for dup in found.duplicates:
+        short = {"identical": "= {}", "equal_to_final": "= final {}", "shares_files": "shares files with {}"}
+        marks.setdefault(dup.revision, []).append(short[dup.kind].format(dup.of))
+    right = {"justify": "right", "no_wrap": True}
+    columns = {
+        "revision": {"overflow": "fold"},
+        "step": right,
+        "tokens": right,
+        "weights": right,
+        "files": right,
+        "aliases": {"overflow": "fold"},
+        "duplicates": {"overflow": "fold"},
+    }
+    rows = [
+        [
+            escape(e.name) + (" (final)" if e.name == found.final else ""),
+            "" if e.revision.step is None else str(e.revision.step),
+            "" if e.revision.tokens is None else _tokens_text(e.revision.tokens),
+            _bytes_text(e.size),
+            str(len(e.files)),
+            escape(", ".join(sorted(aliases.get(e.name, [])))),
+            escape("; ".join(marks.get(e.name, []))),
+        ]
+        for e in found.listed
+    ]
+    total = sum(e.size for e in found.listed)
+    title = f"{escape(found.model)}: {len(found.listed)} revisions, {_bytes_text(total)} of weights"
+    out_console.print(fitted_table(title, columns, rows, drop=["aliases", "duplicates", "step"]))
+    for dup in found.duplicates:
+        color = "yellow" if dup.kind == "identical" else "bold red"
+        out_console.print(f"[{color}]duplicate:[/] {escape(dup.text())}", highlight=False)
+    selection = found.log_selection(log)
+    out_console.print(
+        f"# log:{log} of {escape(found.model)}\nrevisions = [" + ", ".join(f'"{escape(n)}"' for n in selection) + "]",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 class RunProgress:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 

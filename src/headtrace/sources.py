@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Protocol
 
 from filelock import FileLock
 
-from headtrace.errors import DiskFull, HeadtraceError
+from headtrace.errors import DiskFull, HeadtraceError, HubUnreachable
 from headtrace.organism.config import REVISIONS_FILE
 from headtrace.registry import Registry
 from headtrace.revisions import NameMap, Revision, catalog, naming_for, select, training_key
@@ -409,7 +409,7 @@ class HubSource:
             )
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if _transient(exc):
-            return HeadtraceError(
+            return HubUnreachable(
                 f"cannot {what} {self.repo_id} after {self.retry.attempts} attempts ({first_line}); "
                 f"check the connection to {settings.endpoint} and re-run: finished revisions are kept"
             )

@@ -1,0 +1,114 @@
+"""A checkpoint series before downloading it (`headtrace revisions`, series.py): every revision's
+weight files from the hub's listing alone, through the real huggingface_hub client against the
+local hub server, with duplicates of each kind; a local folder hashed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from headtrace.cli import app
+from headtrace.errors import EXIT_FAILED, EXIT_USAGE, HeadtraceError
+from headtrace.series import list_series
+from headtrace.sources import HubSource, LocalSource
+from hub_server import HubServer
+from panel_helpers import SERIES, point_hub_env, series_repo, sharded
+
+
+@pytest.fixture(scope="module")
+def series_hub():
+    with HubServer([series_repo()]) as server:
+        yield server
+
+
+@pytest.fixture
+def hf(series_hub, tmp_path, monkeypatch):
+    return point_hub_env(monkeypatch, series_hub.url, tmp_path / "hf")
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["revisions", *args], env={"COLUMNS": "200"})
+
+
+def test_revisions_names_each_duplicate_from_the_listing_alone(series_hub, hf):
+    before = len(series_hub.requests)
+    result = invoke(SERIES, "--json", "--log", "3")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    rows = {row["revision"]: row for row in document["revisions"]}
+    assert list(rows) == ["step0", "step1", "step2", "step3", "step4", "step5"]
+    assert document["final"] == "step5" and document["aliases"] == {"main": "step5"}
+    assert rows["step5"]["aliases"] == ["main"]
+    # Sizes and file counts as the server holds them (three shards each).
+    files = {n: d for n, d in sharded(2).items() if n.endswith(".safetensors")}
+    assert rows["step2"]["weight_files"] == 3 and rows["step2"]["weight_bytes"] == sum(map(len, files.values()))
+    found = {(d["revision"], d["kind"], d["of"]): d for d in document["duplicates"]}
+    assert set(found) == {
+        ("step1", "identical", "step0"),
+        ("step3", "shares_files", "step5"),
+        ("step4", "equal_to_final", "step5"),
+    }
+    first = min(files)
+    assert found[("step3", "shares_files", "step5")]["saved_bytes"] == len(sharded(5)[first])
+    assert found[("step1", "identical", "step0")]["saved_bytes"] == rows["step0"]["weight_bytes"]
+    assert document["log"]["revisions"] == ["step0", "step1", "step5"]  # by step: no tokens per step known
+    new = series_hub.requests[before:]
+    assert not [r for r in new if "/resolve/" in r["path"]], "no file was downloaded"
+    assert sum("/tree/" in r["path"] for r in new) == 6  # one listing per revision; main is an alias
+    # Listings are cached by commit: a second run asks for the refs only.
+    before = len(series_hub.requests)
+    again = invoke(SERIES, "--json", "--log", "3")
+    assert json.loads(again.stdout)["duplicates"] == document["duplicates"]
+    assert [r["path"] for r in series_hub.requests[before:]] == [f"/api/models/{SERIES}/refs"]
+
+
+def test_the_text_table_marks_final_aliases_duplicates_and_prints_the_selection(hf):
+    result = invoke(SERIES, "--log", "3", "--tokens-per-step", "1000")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "step5 (final)" in out and "main" in out
+    assert "step1 is identical to step0" in out
+    assert "step3 shares 1 of 3 weight files with step5" in out
+    assert "step4 is equal to the final revision step5" in out
+    assert 'revisions = ["step0", "step1", "step5"]' in out
+
+
+def test_unknown_model_and_unreachable_hub_end_in_one_line(series_hub, hf, monkeypatch):
+    result = invoke("test/nothing-here")
+    assert isinstance(result.exception, HeadtraceError) and result.exception.exit_code == EXIT_USAGE
+    assert "model 'test/nothing-here' was not found" in str(result.exception)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    result = invoke(SERIES, "--attempts", "1")
+    assert result.exception.exit_code == EXIT_FAILED and "(no cached listing" in str(result.exception)
+    monkeypatch.setenv("HF_ENDPOINT", series_hub.url)
+    assert invoke(SERIES).exit_code == 0
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    result = invoke(SERIES, "--attempts", "1")
+    assert result.exception.exit_code == EXIT_FAILED and "offline cache's answer" in str(result.exception)
+    assert "step4 is equal to the final revision step5" in result.stdout
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: the cache answers, and that is no failure
+    assert invoke(SERIES).exit_code == 0
+
+
+def test_a_local_folder_is_hashed_and_gives_the_same_answer(series_hub, hf, tmp_path):
+    root = tmp_path / "run"
+    repo = series_hub.repos[SERIES]
+    for branch in ["step0", "step1", "step2", "step3", "step4", "step5"]:
+        (root / branch).mkdir(parents=True)
+        for name, data in repo.files(branch).items():
+            (root / branch / name).write_bytes(data)
+    local = list_series(LocalSource(str(root), model="run"))
+    hub = list_series(HubSource(SERIES))
+    assert [(d.revision, d.kind, d.of) for d in local.duplicates] == [
+        (d.revision, d.kind, d.of) for d in hub.duplicates
+    ]
+    assert [e.checkpoint_hash for e in local.listed] == [e.checkpoint_hash for e in hub.listed]
+    result = invoke(str(root))
+    assert result.exit_code == 0 and "reads every byte" in result.output
+    shutil.rmtree(root)
+    root.mkdir()
+    result = invoke(str(root))
+    assert result.exception.exit_code == EXIT_USAGE and "holds no checkpoint folders" in str(result.exception)
