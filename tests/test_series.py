@@ -4,18 +4,23 @@ local hub server, with duplicates of each kind; a local folder hashed."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from headtrace.cli import app
+from headtrace import panel as panel_module
 from headtrace.errors import EXIT_FAILED, EXIT_USAGE, HeadtraceError
+from headtrace.panel import dry_run, load_panel, run_panel
 from headtrace.series import list_series
 from headtrace.sources import HubSource, LocalSource
+from headtrace.store import read_results
 from hub_server import HubServer
-from panel_helpers import SERIES, point_hub_env, series_repo, sharded
+from panel_helpers import SERIES, TIMING_COLUMNS, panel_file, point_hub_env, series_repo, sharded
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +117,63 @@ def test_a_local_folder_is_hashed_and_gives_the_same_answer(series_hub, hf, tmp_
     root.mkdir()
     result = invoke(str(root))
     assert result.exception.exit_code == EXIT_USAGE and "holds no checkpoint folders" in str(result.exception)
+
+
+def sha_of_download(hub, request) -> str:
+    """The sha256 of the file a logged resolve GET served."""
+    branch, name = request["path"].split("/resolve/")[1].split("/", 1)
+    return hashlib.sha256(hub.repos[SERIES].files(branch)[name]).hexdigest()
+
+
+def test_a_panel_downloads_each_distinct_weight_file_once_and_takes_identical_tables(
+    series_hub, hf, tmp_path, monkeypatch
+):
+    panel = load_panel(panel_file(tmp_path, {SERIES: "all"}))
+    before = len(series_hub.requests)
+    rows = {r.revision: r for r in dry_run(panel, tmp_path / "out")}
+    assert not [r for r in series_hub.requests[before:] if "/resolve/" in r["path"]], "a dry run downloads nothing"
+    assert {n: r.action for n, r in rows.items()} == {
+        "step0": "download",
+        "step1": "same weights",
+        "step2": "download",
+        "step3": "download",
+        "step4": "download",
+        "step5": "same weights",
+    }
+    assert rows["step0"].bytes == sum(len(d) for n, d in sharded(0).items() if n.endswith(".safetensors"))
+    assert "equal to the final revision step5" in rows["step4"].why and "shares 1 of 3" in rows["step3"].why
+
+    before = len(series_hub.requests)
+    outcome = run_panel(panel, tmp_path / "out")
+    weights = [r for r in series_hub.requests[before:] if r["method"] == "GET" and r["path"].endswith(".safetensors")]
+    shas = [sha_of_download(series_hub, r) for r in weights]
+    assert len(shas) == len(set(shas)) == 11  # 4 revisions screened; step3 and step4 share one file
+    assert (
+        sorted(outcome.copied)
+        == sorted(outcome.copies)
+        == [
+            "test--series@step1.parquet",
+            "test--series@step5.parquet",
+        ]
+    )
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert {(e["revision"], e["same_weights_as"]) for e in manifest["same_weights"]} == {
+        ("step1", "step0"),
+        ("step5", "step4"),
+    }
+    assert {e["revision"] for e in manifest["weights_warnings"]} == {"step3", "step4"}
+    heads, runs = read_results(tmp_path / "out")
+    marked = dict(zip(runs.revision, runs.same_weights_as))
+    assert marked["step1"] == "step0" and marked["step5"] == "step4" and pd.isna(marked["step2"])
+    warned = dict(zip(runs.revision, runs.weights_warning))
+    assert "shares 1 of 3" in warned["step3"] and "equal to the final" in warned["step4"] and pd.isna(warned["step2"])
+
+    # The same panel downloading and screening everything gives the same tables.
+    monkeypatch.setattr(panel_module, "weights_plan", lambda tasks, keep=(): panel_module.WeightsPlan())
+    run_panel(panel, tmp_path / "everything")
+    full_heads, full_runs = read_results(tmp_path / "everything")
+    pd.testing.assert_frame_equal(heads, full_heads, check_exact=True)
+    ignore = [*TIMING_COLUMNS, "same_weights_as", "weights_warning"]
+    pd.testing.assert_frame_equal(
+        runs.drop(columns=ignore, errors="ignore"), full_runs.drop(columns=ignore, errors="ignore"), check_exact=True
+    )

@@ -1007,12 +1007,57 @@ def run(
     ),
     cpus_per_task: float = typer.Option(1.0, help="Ray: CPUs per task."),
     max_retries: int = typer.Option(3, help="Ray: re-runs of a task whose worker died."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan (downloads, bytes, what is skipped and why); download nothing."
+    ),
 ) -> None:
     """Screen every (model, revision) of a panel; re-running resumes where it stopped."""
     from headtrace.executors import RayOptions
 
+    if dry_run:
+        _print_dry_run(panel, out)
+        return
+
     ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, max_retries=max_retries)
     _run_panel_file(panel, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch, ray=ray)
+
+
+def _print_dry_run(panel: Path, out: Optional[Path]) -> None:
+    """`run --dry-run`: the plan from the listings, one row per (model, revision)."""
+    from headtrace.panel import dry_run, load_panel
+
+    spec = load_panel(panel)
+    out = out or Path("results") / spec.name
+    with progress_bar(f"plan {spec.name}", waiting="list the revisions") as _:
+        rows = dry_run(spec, out)
+    unknown = any(r.bytes is None for r in rows if r.action == "download")
+    columns = {
+        "model": {"overflow": "fold"},
+        "revision": {"overflow": "fold"},
+        "action": {},
+        "weights": {"justify": "right"},
+        "why": {"overflow": "fold"},
+    }
+    table_rows = [
+        [
+            escape(r.model),
+            escape(r.revision),
+            r.action,
+            "?" if r.bytes is None else (_bytes_text(r.bytes) if r.bytes else ""),
+            escape(r.why),
+        ]
+        for r in rows
+    ]
+    downloads = [r for r in rows if r.action == "download"]
+    total = sum(r.bytes or 0 for r in downloads)
+    title = (
+        f"{escape(spec.name)}: {len(downloads)} revisions to download ({_bytes_text(total)}"
+        + (" and sizes unknown before fetching" if unknown else "")
+        + f"), {sum(r.action == 'same weights' for r in rows)} with the same weights as another, "
+        f"{sum(r.action == 'kept' for r in rows)} already screened in {escape(str(out))}"
+    )
+    out_console.print(fitted_table(title, columns, table_rows, drop=["why"]))
+    console.print("dry run: nothing was downloaded, trained or written", highlight=False)
 
 
 def _run_panel_file(

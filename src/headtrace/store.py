@@ -418,6 +418,7 @@ MANIFEST_COLUMNS = (
     "config_hash",
     "checkpoint_hash",
     "same_weights_as",
+    "weights_warning",
     "downloaded_bytes",
     "fetch_s",
     "load_s",
