@@ -8,6 +8,7 @@ import hashlib
 import json
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -16,11 +17,11 @@ from headtrace.cli import app
 from headtrace import panel as panel_module
 from headtrace.errors import EXIT_FAILED, EXIT_USAGE, HeadtraceError
 from headtrace.panel import dry_run, load_panel, run_panel
-from headtrace.series import list_series
+from headtrace.series import SUSPECT_RATIO, distance, list_series
 from headtrace.sources import HubSource, LocalSource
 from headtrace.store import read_results
 from hub_server import HubServer
-from panel_helpers import SERIES, TIMING_COLUMNS, panel_file, point_hub_env, series_repo, sharded
+from panel_helpers import SCREEN, SERIES, TIMING_COLUMNS, panel_file, point_hub_env, series_repo, sharded
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +169,14 @@ def test_a_panel_downloads_each_distinct_weight_file_once_and_takes_identical_ta
     warned = dict(zip(runs.revision, runs.weights_warning))
     assert "shares 1 of 3" in warned["step3"] and "equal to the final" in warned["step4"] and pd.isna(warned["step2"])
 
+    listing = CliRunner().invoke(app, ["results", str(tmp_path / "out")], env={"COLUMNS": "250"})
+    assert "2 revisions have a weights warning" in listing.output and "shares 1 of 3" in listing.output
+    from headtrace.report import build_report
+
+    page = build_report(tmp_path / "out").read_text()
+    assert 'id="warnings"' in page and "equal to the final revision step5" in page
+    assert "weights warning: step4 is equal to the final" in page  # the triangle's hover text
+
     # The same panel downloading and screening everything gives the same tables.
     monkeypatch.setattr(panel_module, "weights_plan", lambda tasks, keep=(): panel_module.WeightsPlan())
     run_panel(panel, tmp_path / "everything")
@@ -177,3 +186,45 @@ def test_a_panel_downloads_each_distinct_weight_file_once_and_takes_identical_ta
     pd.testing.assert_frame_equal(
         runs.drop(columns=ignore, errors="ignore"), full_runs.drop(columns=ignore, errors="ignore"), check_exact=True
     )
+
+
+def interpolated_series(root, planted: int | None = None, n: int = 7) -> None:
+    """Checkpoints step0..step{n-1} whose weights move linearly from one random tiny model to another;
+    `planted` serves (almost) the final weights instead, re-saved under a new hash (Pythia #108)."""
+    import torch
+
+    from models_zoo import tiny_model
+
+    start, end = tiny_model("gpt_neox", 0), tiny_model("gpt_neox", 1)
+    ends = (start.state_dict(), end.state_dict())
+    for k in range(n):
+        t = 0.99 if k == planted else k / (n - 1)
+        model = tiny_model("gpt_neox", 0)
+        with torch.no_grad():
+            model.load_state_dict({name: (1 - t) * ends[0][name] + t * ends[1][name] for name in ends[0]})
+        model.save_pretrained(root / f"step{k}")
+
+
+def test_the_neighbour_check_flags_a_planted_branch_and_nothing_on_an_honest_series(tmp_path):
+    interpolated_series(tmp_path / "honest")
+    interpolated_series(tmp_path / "planted", planted=3)
+    models = "".join(
+        f'[[models]]\nid = "tiny/{name}"\nsource = "local"\npath = "{name}"\n'
+        'tokens_per_step = 1000\nrevisions = "all"\n'
+        for name in ("honest", "planted")
+    )
+    (tmp_path / "p.toml").write_text(f'name = "p"\n{SCREEN}\n{models}')
+    outcome = run_panel(load_panel(tmp_path / "p.toml"), tmp_path / "out")
+    assert [(s.model, s.revision, s.closer_to) for s in outcome.suspects] == [("tiny/planted", "step3", "step6")]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [(s["model"], s["revision"]) for s in manifest["suspects"]] == [("tiny/planted", "step3")]
+    heads, runs = read_results(tmp_path / "out")
+    assert len(runs) == 14, "the check never drops data"
+    suspect = outcome.suspects[0]
+    assert suspect.distance < SUSPECT_RATIO * suspect.neighbour_distance
+    # The distance by its definition, computed independently.
+    a, b = (heads[(heads.model == "tiny/planted") & (heads.revision == r)] for r in ("step3", "step6"))
+    keep = ~(a.baseline_underflow.to_numpy() | b.baseline_underflow.to_numpy())
+    columns = [c for c in heads.columns if c.startswith("sel_")]
+    logs = [np.log10(np.clip(t[columns].to_numpy(float), 1e-12, None))[keep] for t in (a, b)]
+    assert distance(a, b) == pytest.approx(np.abs(logs[0] - logs[1]).mean())

@@ -944,6 +944,11 @@ class RunProgress:
         console.print(
             f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
             + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
+            + (
+                f", {len(plan.copies)} with the same weights as another (tables taken, nothing downloaded)"
+                if plan.copies
+                else ""
+            )
             + "".join(
                 f", {len(t.todo)} to run {name}" + (f" ({len(t.kept)} done)" if t.kept else "")
                 for name, t in plan.stages.items()
@@ -954,7 +959,9 @@ class RunProgress:
             console.print(f"[yellow]missing:[/] {escape(gap.text())}", highlight=False)
         for note in plan.notes:
             console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-        self.done, self.total = done, len(plan.planned)
+        for shard, warning in plan.warnings.items():
+            console.print(f"[bold red]weights warning:[/] {escape(warning)}", highlight=False)
+        self.done, self.total = done + len(plan.copies), len(plan.planned)
         self.panel = self.progress.add_task(
             f"panel {self.name}", total=self.total, completed=done, info=f"{done}/{self.total} revisions"
         )
@@ -1106,8 +1113,11 @@ def _run_panel_file(
             "(cf. Pythia issue #205)",
             highlight=False,
         )
+    for suspect in result.suspects:
+        console.print(f"[bold red]WARNING: suspect:[/] {escape(suspect.text())}", highlight=False)
     console.print(
         f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
+        + (f", {len(result.copied)} taken from identical weights" if result.copied else "")
         + "".join(f", {len(t.done)} {name} done" for name, t in result.stages.items() if t.done)
         + f"); summary: headtrace results {out}",
         highlight=False,
@@ -1174,7 +1184,7 @@ def results(
     timeout: Optional[float] = typer.Option(None, min=0, help="--follow: stop after this many seconds (exit 0)."),
 ) -> None:
     """Load a results directory into one table and print a summary per model and revision."""
-    from headtrace.store import check_save_path, load_results, save_table
+    from headtrace.store import check_save_path, load_results, save_table, weight_flags
 
     if save and follow:
         raise HeadtraceError("--save writes the table once: run it without --follow")
@@ -1201,9 +1211,15 @@ def results(
         "sink heads": {},
         "underflow": right,
         "same weights as": {"overflow": "fold"},
+        "weights warning": {"overflow": "fold"},
     }
+    flags = weight_flags(out, runs)
     rows = [
-        [*_revision_cells(model, revision, heads, heads.iloc[0]), escape(same) if isinstance(same, str) else ""]
+        [
+            *_revision_cells(model, revision, heads, heads.iloc[0]),
+            escape(same) if isinstance(same, str) else "",
+            escape(flags.get((model, revision), "")),
+        ]
         for (model, revision), heads in table.groupby(["model", "revision"], sort=False)
         for same in [heads.same_weights_as.iloc[0]]
     ]
@@ -1214,6 +1230,7 @@ def results(
     empty = [
         name
         for name, nothing in (
+            ("weights warning", not flags),
             ("same weights as", runs.same_weights_as.isna().all()),
             ("underflow", not table.baseline_underflow.any()),
         )
@@ -1224,6 +1241,12 @@ def results(
         console.print(
             "[bold red]WARNING:[/] some revisions have identical weight files (column "
             "same_weights_as): the source may serve the wrong checkpoint for them"
+        )
+    if flags:
+        console.print(
+            f"[bold red]WARNING:[/] {len(flags)} revisions have a weights warning (column weights warning): "
+            "weight files shared with another revision, equal to the final one, or heads closer to a far "
+            "revision than to their neighbours (docs/reliability.md)"
         )
     if save:
         save_table(table, save)

@@ -18,7 +18,7 @@ from headtrace.family_findings import across_seeds, members, summary_numbers
 from headtrace.findings import findings_table
 from headtrace.probes import CLASSES
 from headtrace.schema import random_draws_summary
-from headtrace.store import ABLATIONS, ResultsDir
+from headtrace.store import ABLATIONS, ResultsDir, weight_flags
 from headtrace.trajectory import (
     ModelTrajectory,
     TrajectoryConfig,
@@ -49,6 +49,7 @@ class ReportData:
     unfinished: list[str]  # shards with a heads file but no run record
     families: dict[str, dict[int, str]] = field(default_factory=dict)  # family -> {seed: model} (families.py)
     gaps: list[Gap] = field(default_factory=list)  # revisions a family member lacks (from the manifest)
+    flags: dict[tuple[str, str], str] = field(default_factory=dict)  # (model, revision) -> weights warning, suspect
 
     def panel(self, model: str) -> ModelTrajectory:
         return next(p for p in self.panels if p.name == model)
@@ -93,6 +94,7 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
         unfinished=results.unfinished_shards(),
         families=members(runs),
         gaps=gaps,
+        flags=weight_flags(out, runs),
     )
 
 
