@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,10 +23,11 @@ from headtrace.cli import app
 from headtrace import panel as panel_module
 from headtrace.errors import EXIT_FAILED, EXIT_USAGE, HeadtraceError
 from headtrace.panel import dry_run, load_panel, run_panel
+from headtrace.revisions import parse_revision
 from headtrace.series import SUSPECT_RATIO, distance, list_series
 from headtrace.sources import HubSource, LocalSource
 from headtrace.store import read_results
-from hub_server import HubServer
+from hub_server import FakeRepo, Fault, HubServer
 from panel_helpers import SCREEN, SERIES, TIMING_COLUMNS, panel_file, point_hub_env, series_repo, sharded
 
 
@@ -228,3 +235,90 @@ def test_the_neighbour_check_flags_a_planted_branch_and_nothing_on_an_honest_ser
     columns = [c for c in heads.columns if c.startswith("sel_")]
     logs = [np.log10(np.clip(t[columns].to_numpy(float), 1e-12, None))[keep] for t in (a, b)]
     assert distance(a, b) == pytest.approx(np.abs(logs[0] - logs[1]).mean())
+
+
+# --------------------------------------------------------------------------------------------
+# Parallel downloads of one revision's weight files.
+
+
+def fetch_into(home, monkeypatch, max_workers: int, name: str = "step2", progress=None):
+    monkeypatch.setenv("HF_HOME", str(home))
+    return HubSource(SERIES, max_workers=max_workers).fetch(parse_revision(name), progress)
+
+
+def test_parallel_downloads_give_the_same_files_and_hashes_as_sequential_ones(series_hub, hf, tmp_path, monkeypatch):
+    series_hub.clear_faults()
+    series_hub.inject(Fault("throttle", target="*/resolve/step2/*.safetensors", count=-1, bytes_per_s=20e6))
+    one = fetch_into(tmp_path / "one", monkeypatch, 1)
+    seen, threads = [], set()
+
+    def progress(done: int, total: int) -> None:
+        seen.append((done, total))
+        threads.add(threading.current_thread().name)
+
+    four = fetch_into(tmp_path / "four", monkeypatch, 4, progress=progress)
+    series_hub.clear_faults()
+    assert four.checkpoint_hash == one.checkpoint_hash
+    served = series_hub.repos[SERIES].files("step2")
+    for checkpoint in (one, four):
+        assert {p.name: p.read_bytes() for p in Path(checkpoint.path).iterdir()} == served
+    assert len({t for t in threads if t.startswith("headtrace-download")}) >= 2, "the weight files came side by side"
+    total = sum(map(len, served.values()))
+    assert seen[-1] == (total, total) and all(0 <= d <= total for d, _ in seen)
+    assert four.downloaded_bytes == one.downloaded_bytes == total
+
+
+def test_the_free_space_check_counts_the_downloads_under_way(series_hub, hf, tmp_path):
+    """A real 4 MiB tmpfs as the hub cache: two 2.6 MB shards do not fit side by side, and the second
+    is refused before it starts, naming the download under way."""
+    out = tmp_path / "small"
+    out.mkdir()
+    code = (
+        "from headtrace.sources import HubSource; from headtrace.revisions import parse_revision\n"
+        "from headtrace.errors import DiskFull\n"
+        f"try:\n    HubSource('{SERIES}', max_workers=4).fetch(parse_revision('step2'))\n"
+        "except DiskFull as exc:\n    print(exc)\n"
+    )
+    env = {**os.environ, "HF_HOME": str(out), "PYTHONPATH": os.pathsep.join(sys.path)}
+    script = f'mount -t tmpfs -o size=4m tmpfs {out} && {sys.executable} -c "$CODE"'
+    unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--map-root-user", "--mount"]
+    proc = subprocess.run(
+        [*unshare, "bash", "-c", script], env={**env, "CODE": code}, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "downloads under way" in proc.stdout and "GB are free" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_kill_mid_download_resumes_without_corrupt_files(series_hub, hf, tmp_path):
+    """Two 12 MB weight files side by side, killed once each has written its first 10 MB chunk (huggingface_hub
+    writes 10 MB at a time): a fetch afterwards completes both, verified, and every blob is whole. (This
+    huggingface_hub downloads into a file unique to its process, so a new process starts a file over;
+    a dropped connection within one fetch resumes with a range request: test_sources.py.)"""
+    rng = np.random.default_rng(1)
+    files = {f"pytorch_model-0000{i}-of-00002.bin": rng.bytes(12 << 20) for i in (1, 2)}
+    series_hub.add(FakeRepo("test/large", {"main": lambda: {"config.json": b"{}", **files}}))
+    series_hub.clear_faults()
+    series_hub.inject(
+        Fault("throttle", target="*/resolve/main/*.bin", count=-1, bytes_per_s=6e6, shared_bytes_per_s=8e6)
+    )
+    code = (
+        "from headtrace.sources import HubSource; from headtrace.revisions import parse_revision\n"
+        "HubSource('test/large', max_workers=4).fetch(parse_revision('main'))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen([sys.executable, "-c", code], env=env)
+    blobs = hf / "models--test--large" / "blobs"
+    deadline, partial = time.monotonic() + 60, []
+    while time.monotonic() < deadline and len(partial) < 2:  # until both files are part-written
+        partial = [p for p in blobs.glob("*.incomplete") if p.stat().st_size >= 10 << 20] if blobs.is_dir() else []
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    series_hub.clear_faults()
+    assert len(partial) == 2, "the kill came mid-download"
+    checkpoint = HubSource("test/large").fetch(parse_revision("main"))
+    assert {p.name: p.read_bytes() for p in Path(checkpoint.path).iterdir()} == {"config.json": b"{}", **files}
+    for blob in blobs.iterdir():  # every blob whole: an LFS blob is named by its sha256
+        if len(blob.name) == 64:
+            assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
+    assert [p.name for p in blobs.iterdir() if len(p.name) == 64] != [], "the blobs are in the cache"

@@ -1017,6 +1017,9 @@ def run(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the plan (downloads, bytes, what is skipped and why); download nothing."
     ),
+    max_workers: Optional[int] = typer.Option(
+        None, min=1, help="Weight files of one revision downloaded side by side (default: the panel's [run], 4)."
+    ),
 ) -> None:
     """Screen every (model, revision) of a panel; re-running resumes where it stopped."""
     from headtrace.executors import RayOptions
@@ -1026,7 +1029,15 @@ def run(
         return
 
     ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, max_retries=max_retries)
-    _run_panel_file(panel, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch, ray=ray)
+    _run_panel_file(
+        panel,
+        out,
+        executor=executor,
+        keep_checkpoints=keep_checkpoints,
+        prefetch=prefetch,
+        ray=ray,
+        max_workers=max_workers,
+    )
 
 
 def _print_dry_run(panel: Path, out: Optional[Path]) -> None:
@@ -1075,6 +1086,7 @@ def _run_panel_file(
     prefetch: bool = True,
     ray=None,
     threads: int = 1,
+    max_workers: Optional[int] = None,
 ) -> None:
     """`headtrace run` (the demo runs its panel file through it too); `threads`: torch threads of the
     organisms it trains (`train = true`)."""
@@ -1084,6 +1096,10 @@ def _run_panel_file(
 
     _quiet_transformers()
     spec = load_panel(panel)
+    if max_workers is not None:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, max_workers=max_workers)
     out = out or Path("results") / spec.name
     warn_ceilings(spec.screen, planned_ceilings(spec.screen))
     kept = f"finished revisions in {out}/ are kept and a re-run skips them"

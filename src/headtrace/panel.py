@@ -22,6 +22,8 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     # train = true                       # ... train = true trains those missing, organism = { steps = 600 }
     [ablation]                           # optional: a stage (stages.py): circuit, draws, mode, revisions
     [download]                           # optional: attempts, backoff_s, max_backoff_s (RetryPolicy)
+    [run]                                # optional: max_workers (weight files of a revision downloaded
+                                         # side by side; default 4)
 
 `run_panel` plans one task per (model, revision), checks every name before any work starts, skips
 shards already written with the same config hash, runs the rest on an executor (executors.py),
@@ -101,8 +103,9 @@ class ModelSpec:
     organism: Organism | None = None  # what to train when its folder lacks it (train = true)
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
-    def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
-        return SOURCES.get(self.source).make(self.id, self.path, self.names, retry)
+    def checkpoint_source(self, retry: RetryPolicy = RetryPolicy(), max_workers: int = 4) -> CheckpointSource:
+        source = SOURCES.get(self.source).make(self.id, self.path, self.names, retry)
+        return dataclasses.replace(source, max_workers=max_workers) if isinstance(source, HubSource) else source
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class Panel:
     retry: RetryPolicy = RetryPolicy()
     path: str | None = None
     sha256: str | None = None
+    max_workers: int = 4  # [run]: weight files of one revision downloaded side by side
 
     def screen_for(self, model: str) -> ScreenConfig:
         """The screen config of one model: the [screen] section with the model's own dtype, if it has one."""
@@ -142,6 +146,7 @@ _ROOT_KEYS = {
     "screen": "table",
     "models": "tables",
     "download": "table",
+    "run": "table",
 }  # and a table per stage the file enables (STAGES: e.g. [ablation])
 _MODEL_KEYS = {
     "id": "str",
@@ -161,6 +166,7 @@ _MODEL_KEYS = {
 }
 _SCREEN_KEYS = FLAT_TYPES
 _DOWNLOAD_KEYS = {f.name: str(f.type) for f in dataclasses.fields(RetryPolicy)}
+_RUN_KEYS = {"max_workers": "int"}
 
 
 class _KeyLines:
@@ -321,6 +327,9 @@ def load_panel(path: str | Path) -> Panel:
     retry = RetryPolicy(**check.table(document.get("download", {}), _DOWNLOAD_KEYS, "download"))
     if retry.attempts < 1 or retry.backoff_s < 0:
         raise check.fail("download", None, "attempts must be >= 1 and backoff_s >= 0")
+    run = check.table(document.get("run", {}), _RUN_KEYS, "run")
+    if run.get("max_workers", 4) < 1:
+        raise check.fail("run", "max_workers", "max_workers must be >= 1")
     return Panel(
         name=document.get("name", path.stem),
         models=tuple(models),
@@ -329,6 +338,7 @@ def load_panel(path: str | Path) -> Panel:
         retry=retry,
         path=str(path),
         sha256=hashlib.sha256(raw).hexdigest(),
+        max_workers=run.get("max_workers", 4),
     )
 
 
@@ -381,7 +391,7 @@ def plan(
     or cannot measure (revisions.selection_notes)."""
     tasks = []
     for group in groups(panel.models if models is None else models):
-        sources = [model.checkpoint_source(panel.retry) for model in group]
+        sources = [model.checkpoint_source(panel.retry, panel.max_workers) for model in group]
         name = group[0].family or group[0].id
         where = f"{panel.path}:{group[0].line}: {name}" if panel.path else name
         catalogs = [source.revisions() for source in sources]
