@@ -420,6 +420,7 @@ class WeightsPlan:
     warnings: dict[str, str] = field(default_factory=dict)
     sizes: dict[str, int | None] = field(default_factory=dict)
     listings: dict[str, Series] = field(default_factory=dict)  # model -> its series (hub models)
+    notes: list[str] = field(default_factory=list)  # models planned without their listing, and why
 
 
 def weights_plan(tasks: Sequence[Task], keep: set[str] = frozenset()) -> WeightsPlan:
@@ -435,7 +436,11 @@ def weights_plan(tasks: Sequence[Task], keep: set[str] = frozenset()) -> Weights
         source = group[0].source
         if not isinstance(source, HubSource):
             continue
-        found = list_series(source, only=[n for t in group for n in (t.revision.name, t.revision.alias_of) if n])
+        try:
+            found = list_series(source, only=[n for t in group for n in (t.revision.name, t.revision.alias_of) if n])
+        except HeadtraceError as exc:  # offline without a cached listing: duplicates are found after the screen
+            result.notes.append(f"{model}: planned without the hub's listing ({exc})")
+            continue
         result.listings[model] = found
         listed = found.by_name()
         kept: dict[frozenset[str], Task] = {}
@@ -658,6 +663,7 @@ def run_panel(
         check_written_by_us(results, runs)
         result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing, notes=notes)
         result.copies, result.warnings = dict(weights.copies), dict(weights.warnings)
+        result.notes += weights.notes
         written = dict(zip(runs.shard, runs.config_hash))
         result.stages = {p.stage.name: StageTally() for p in panel.stages}
         todo, pending_copies = [], []

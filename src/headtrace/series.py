@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -45,6 +47,7 @@ from headtrace.store import slug, training_order
 
 Progress = Callable[[int, int], None]  # (advance, total): revisions listed, or bytes hashed
 LISTINGS = "headtrace-listings"
+LISTING_WORKERS = 8  # tree listings asked for at once
 SUSPECT_RATIO = 0.5  # a revision this much closer to a far one than to its nearer neighbour is suspect
 
 
@@ -277,13 +280,18 @@ def _hub_series(source: HubSource, progress: Progress | None, only: Sequence[str
         _write_json(folder / "refs.json", refs)
     revisions = _wanted(catalog(refs, naming, refs), only)
     todo = [r for r in revisions if not r.alias_of]
-    listings: dict[str, Listed] = {}
     if progress:
         progress(0, len(todo))
-    for revision in todo:
-        listings[revision.name] = _hub_listing(source, settings, folder, revision, refs[revision.name], cached)
+
+    def one(revision: Revision) -> Listed:
+        listed = _hub_listing(source, settings, folder, revision, refs[revision.name], cached)
         if progress:
             progress(1, len(todo))
+        return listed
+
+    # One tree listing per revision (150+ for Pythia): a few at a time, each retried on its own.
+    with ThreadPoolExecutor(max(1, min(LISTING_WORKERS, len(todo))), thread_name_prefix="headtrace-list") as pool:
+        listings = dict(zip((r.name for r in todo), pool.map(one, todo)))
     result = _series(source.repo_id, source.describe(), revisions, listings, cached and not settings.offline)
     if result.from_cache:
         result.error = str(error)
@@ -340,7 +348,7 @@ def _write_json(path: Path, document) -> None:
     """A cache file, written whole or not at all (a failure to write only costs a later listing)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(document))
         tmp.replace(path)
     except OSError:
