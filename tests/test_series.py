@@ -151,6 +151,12 @@ def test_a_panel_downloads_each_distinct_weight_file_once_and_takes_identical_ta
     assert rows["step0"].bytes == sum(len(d) for n, d in sharded(0).items() if n.endswith(".safetensors"))
     assert "equal to the final revision step5" in rows["step4"].why and "shares 1 of 3" in rows["step3"].why
 
+    printed = CliRunner().invoke(
+        app, ["run", str(panel.path), "--dry-run", "--out", str(tmp_path / "out")], env={"COLUMNS": "200"}
+    )
+    assert printed.exit_code == 0 and "4 revisions to download (22.1 MB), 2 with the same weights" in printed.stdout
+    assert not (tmp_path / "out").exists()
+
     before = len(series_hub.requests)
     outcome = run_panel(panel, tmp_path / "out")
     weights = [r for r in series_hub.requests[before:] if r["method"] == "GET" and r["path"].endswith(".safetensors")]
@@ -322,3 +328,14 @@ def test_a_kill_mid_download_resumes_without_corrupt_files(series_hub, hf, tmp_p
         if len(blob.name) == 64:
             assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
     assert [p.name for p in blobs.iterdir() if len(p.name) == 64] != [], "the blobs are in the cache"
+
+
+def test_the_run_section_sets_max_workers_for_hub_sources(tmp_path):
+    path = panel_file(tmp_path, {SERIES: ["step0"]})
+    assert load_panel(path).max_workers == 4
+    path.write_text(path.read_text() + "\n[run]\nmax_workers = 2\n")
+    panel = load_panel(path)
+    assert panel.max_workers == 2 and panel.models[0].checkpoint_source(panel.retry, 2).max_workers == 2
+    path.write_text(path.read_text().replace("max_workers = 2", "max_workers = 0"))
+    with pytest.raises(HeadtraceError, match=r"panel.toml:\d+: max_workers must be >= 1"):
+        load_panel(path)

@@ -1046,7 +1046,7 @@ def _print_dry_run(panel: Path, out: Optional[Path]) -> None:
 
     spec = load_panel(panel)
     out = out or Path("results") / spec.name
-    with progress_bar(f"plan {spec.name}", waiting="list the revisions") as _:
+    with console.status(f"list the revisions of {escape(spec.name)}'s models"):
         rows = dry_run(spec, out)
     unknown = any(r.bytes is None for r in rows if r.action == "download")
     columns = {
