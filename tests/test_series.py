@@ -339,3 +339,19 @@ def test_the_run_section_sets_max_workers_for_hub_sources(tmp_path):
     path.write_text(path.read_text().replace("max_workers = 2", "max_workers = 0"))
     with pytest.raises(HeadtraceError, match=r"panel.toml:\d+: max_workers must be >= 1"):
         load_panel(path)
+
+
+def test_offline_a_panel_plans_with_the_cached_listing_or_without_one(series_hub, hf, tmp_path, monkeypatch):
+    for name in ("step0", "step1"):  # the offline cache knows these two revisions
+        HubSource(SERIES).fetch(parse_revision(name))
+    panel = load_panel(panel_file(tmp_path, {SERIES: ["step0", "step1"]}))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    weights = panel_module.weights_plan(panel_module.plan(panel))
+    assert not weights.copies and "planned without the hub's listing" in weights.notes[0]
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    list_series(HubSource(SERIES))  # listed once online: cached by commit
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    requests = len(series_hub.requests)
+    weights = panel_module.weights_plan(panel_module.plan(panel))
+    assert weights.copies == {"test--series@step1.parquet": "test--series@step0.parquet"} and not weights.notes
+    assert len(series_hub.requests) == requests

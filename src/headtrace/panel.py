@@ -714,7 +714,7 @@ def run_panel(
         for shard in result.skipped:
             copy_from(shard)
         options = ExecutionOptions(prefetch=prefetch, ray=ray)
-        extra = lambda: _weights_entries(result, tasks)  # noqa: E731
+        extra = functools.partial(_weights_entries, result, tasks)
         for outcome in _execute(todo, panel, out, executor, keep_checkpoints, options, reporter):
             if outcome.error:
                 result.failed[outcome.task.label] = outcome.error
