@@ -298,8 +298,9 @@ def test_the_free_space_check_counts_the_downloads_under_way(series_hub, hf, tmp
 def test_a_kill_mid_download_resumes_without_corrupt_files(series_hub, hf, tmp_path):
     """Two 12 MB weight files side by side, killed once each has written its first 10 MB chunk (huggingface_hub
     writes 10 MB at a time): a fetch afterwards completes both, verified, and every blob is whole. (This
-    huggingface_hub downloads into a file unique to its process, so a new process starts a file over;
-    a dropped connection within one fetch resumes with a range request: test_sources.py.)"""
+    huggingface_hub downloads into a file unique to its process, so a new process starts a file over,
+    and removes the killed one's part-written files; a dropped connection within one fetch resumes with
+    a range request: test_sources.py.)"""
     rng = np.random.default_rng(1)
     files = {f"pytorch_model-0000{i}-of-00002.bin": rng.bytes(12 << 20) for i in (1, 2)}
     series_hub.add(FakeRepo("test/large", {"main": lambda: {"config.json": b"{}", **files}}))
@@ -327,7 +328,7 @@ def test_a_kill_mid_download_resumes_without_corrupt_files(series_hub, hf, tmp_p
     for blob in blobs.iterdir():  # every blob whole: an LFS blob is named by its sha256
         if len(blob.name) == 64:
             assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
-    assert [p.name for p in blobs.iterdir() if len(p.name) == 64] != [], "the blobs are in the cache"
+    assert not list(blobs.glob("*.incomplete")), "what the killed process part-wrote is gone"
 
 
 def test_the_run_section_sets_max_workers_for_hub_sources(tmp_path):

@@ -382,6 +382,7 @@ class HubSource:
         if isinstance(cached, str) and self._verified(cached, entry):
             advance(entry.size)
             return cached, None
+        _remove_orphans(Path(settings.cache_dir), self.repo_id, entry.lfs.sha256 if entry.lfs else entry.blob_id)
         space = _require_space(Path(settings.cache_dir), entry.size, f"{self.repo_id}@{revision.name}/{entry.path}")
 
         def attempt() -> tuple[str, int]:
@@ -495,6 +496,30 @@ def _remove_cached(pointer: str, corrupt: bool = False) -> None:
         path.unlink(missing_ok=True)
         if corrupt or not _linked_elsewhere(blob):
             blob.unlink(missing_ok=True)
+
+
+def _remove_orphans(cache_dir: Path, repo_id: str, etag: str) -> None:
+    """Delete what a killed process part-wrote of this blob. huggingface_hub writes each download into
+    a file of its own process (`blobs/<etag>.<id>.incomplete`) while it holds `.locks/<repo>/<etag>.lock`:
+    when that lock is free, no live process is writing them."""
+    from filelock import Timeout
+    from huggingface_hub.file_download import repo_folder_name  # loaded when the hub is asked
+
+    folder = repo_folder_name(repo_id=repo_id, repo_type="model")
+    blobs = cache_dir / folder / "blobs"
+    orphans = list(blobs.glob(f"{etag}.*.incomplete")) if blobs.is_dir() else []
+    if not orphans:
+        return
+    lock = FileLock(cache_dir / ".locks" / folder / f"{etag}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return
+    try:
+        for path in orphans:
+            path.unlink(missing_ok=True)
+    finally:
+        lock.release()
 
 
 def _linked_elsewhere(blob: Path) -> bool:
