@@ -825,6 +825,103 @@ def report(
     )
 
 
+def _bytes_text(size: float) -> str:
+    from rich.filesize import decimal
+
+    return decimal(int(size))
+
+
+@app.command("revisions")
+def revisions_command(
+    model: str = typer.Argument(..., help="Hub id, or a local folder with one checkpoint subfolder per revision."),
+    log: int = typer.Option(10, "--log", min=1, help="Print the panel-ready log:N selection for this N."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON (stdout) instead."),
+    tokens_per_step: Optional[float] = typer.Option(
+        None, help="Tokens per training step, for names headtrace cannot read tokens from."
+    ),
+    attempts: int = typer.Option(6, min=1, help="Tries per hub request before the hub counts as unreachable."),
+) -> None:
+    """List a checkpoint series before downloading it: steps, tokens, weight sizes, duplicates."""
+    import json
+
+    from headtrace.errors import HubUnreachable
+    from headtrace.revisions import NameMap
+    from headtrace.series import list_series
+    from headtrace.sources import HubSource, LocalSource, RetryPolicy, is_local
+
+    names = NameMap(tokens_per_step=tokens_per_step)
+    if is_local(model):
+        folder = Path(model).expanduser()
+        from headtrace.organism.config import REVISIONS_FILE
+
+        source = LocalSource(str(folder), model=model, names=names, organism=(folder / REVISIONS_FILE).is_file())
+        console.print(
+            f"{escape(model)} is a local folder: its weights are hashed, which reads every byte", highlight=False
+        )
+        with progress_bars("hash the weight files", waiting="list the revisions") as (hashed,):
+            found = list_series(source, on_bytes=hashed)
+    else:
+        source = HubSource(model, names, RetryPolicy(attempts=attempts))
+        with progress_bar(f"list the revisions of {model}", waiting="ask the hub for the refs") as listed:
+            try:
+                found = list_series(source, progress=listed)
+            except HubUnreachable as exc:
+                raise HubUnreachable(f"{exc} (no cached listing of {model} to show)") from None
+    if not found.listed:
+        raise HeadtraceError(f"'{model}' has no revisions with weight files")
+    if as_json:
+        out_console.print_json(json.dumps(found.to_json(log)))
+    else:
+        _print_series(found, log)
+    if found.from_cache:
+        raise HubUnreachable(f"{found.error}; the listing above is the offline cache's answer")
+
+
+def _print_series(found, log: int) -> None:
+    """`headtrace revisions`: the table, the duplicates and the panel-ready selection."""
+    aliases: dict[str, list[str]] = {}
+    for alias, target in found.aliases.items():
+        aliases.setdefault(target, []).append(alias)
+    marks: dict[str, list[str]] = {}
+    for dup in found.duplicates:
+        short = {"identical": "= {}", "equal_to_final": "= final {}", "shares_files": "shares files with {}"}
+        marks.setdefault(dup.revision, []).append(short[dup.kind].format(dup.of))
+    right = {"justify": "right", "no_wrap": True}
+    columns = {
+        "revision": {"overflow": "fold"},
+        "step": right,
+        "tokens": right,
+        "weights": right,
+        "files": right,
+        "aliases": {"overflow": "fold"},
+        "duplicates": {"overflow": "fold"},
+    }
+    rows = [
+        [
+            escape(e.name) + (" (final)" if e.name == found.final else ""),
+            "" if e.revision.step is None else str(e.revision.step),
+            "" if e.revision.tokens is None else _tokens_text(e.revision.tokens),
+            _bytes_text(e.size),
+            str(len(e.files)),
+            escape(", ".join(sorted(aliases.get(e.name, [])))),
+            escape("; ".join(marks.get(e.name, []))),
+        ]
+        for e in found.listed
+    ]
+    total = sum(e.size for e in found.listed)
+    title = f"{escape(found.model)}: {len(found.listed)} revisions, {_bytes_text(total)} of weights"
+    out_console.print(fitted_table(title, columns, rows, drop=["aliases", "duplicates", "step"]))
+    for dup in found.duplicates:
+        color = "yellow" if dup.kind == "identical" else "bold red"
+        out_console.print(f"[{color}]duplicate:[/] {escape(dup.text())}", highlight=False)
+    selection = found.log_selection(log)
+    out_console.print(
+        f"# log:{log} of {escape(found.model)}\nrevisions = [" + ", ".join(f'"{escape(n)}"' for n in selection) + "]",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 class RunProgress:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 
@@ -854,6 +951,11 @@ class RunProgress:
         console.print(
             f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
             + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
+            + (
+                f", {len(plan.copies)} with the same weights as another (tables taken, nothing downloaded)"
+                if plan.copies
+                else ""
+            )
             + "".join(
                 f", {len(t.todo)} to run {name}" + (f" ({len(t.kept)} done)" if t.kept else "")
                 for name, t in plan.stages.items()
@@ -864,7 +966,9 @@ class RunProgress:
             console.print(f"[yellow]missing:[/] {escape(gap.text())}", highlight=False)
         for note in plan.notes:
             console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-        self.done, self.total = done, len(plan.planned)
+        for shard, warning in plan.warnings.items():
+            console.print(f"[bold red]weights warning:[/] {escape(warning)}", highlight=False)
+        self.done, self.total = done + len(plan.copies), len(plan.planned)
         self.panel = self.progress.add_task(
             f"panel {self.name}", total=self.total, completed=done, info=f"{done}/{self.total} revisions"
         )
@@ -917,12 +1021,68 @@ def run(
     ),
     cpus_per_task: float = typer.Option(1.0, help="Ray: CPUs per task."),
     max_retries: int = typer.Option(3, help="Ray: re-runs of a task whose worker died."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan (downloads, bytes, what is skipped and why); download nothing."
+    ),
+    max_workers: Optional[int] = typer.Option(
+        None, min=1, help="Weight files of one revision downloaded side by side (default: the panel's [run], 4)."
+    ),
 ) -> None:
     """Screen every (model, revision) of a panel; re-running resumes where it stopped."""
     from headtrace.executors import RayOptions
 
+    if dry_run:
+        _print_dry_run(panel, out)
+        return
+
     ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, max_retries=max_retries)
-    _run_panel_file(panel, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch, ray=ray)
+    _run_panel_file(
+        panel,
+        out,
+        executor=executor,
+        keep_checkpoints=keep_checkpoints,
+        prefetch=prefetch,
+        ray=ray,
+        max_workers=max_workers,
+    )
+
+
+def _print_dry_run(panel: Path, out: Optional[Path]) -> None:
+    """`run --dry-run`: the plan from the listings, one row per (model, revision)."""
+    from headtrace.panel import dry_run, load_panel
+
+    spec = load_panel(panel)
+    out = out or Path("results") / spec.name
+    with console.status(f"list the revisions of {escape(spec.name)}'s models"):
+        rows = dry_run(spec, out)
+    unknown = any(r.bytes is None for r in rows if r.action == "download")
+    columns = {
+        "model": {"overflow": "fold"},
+        "revision": {"overflow": "fold"},
+        "action": {},
+        "weights": {"justify": "right"},
+        "why": {"overflow": "fold"},
+    }
+    table_rows = [
+        [
+            escape(r.model),
+            escape(r.revision),
+            r.action,
+            "?" if r.bytes is None else (_bytes_text(r.bytes) if r.bytes else ""),
+            escape(r.why),
+        ]
+        for r in rows
+    ]
+    downloads = [r for r in rows if r.action == "download"]
+    total = sum(r.bytes or 0 for r in downloads)
+    title = (
+        f"{escape(spec.name)}: {len(downloads)} revisions to download ({_bytes_text(total)}"
+        + (" and sizes unknown before fetching" if unknown else "")
+        + f"), {sum(r.action == 'same weights' for r in rows)} with the same weights as another, "
+        f"{sum(r.action == 'kept' for r in rows)} already screened in {escape(str(out))}"
+    )
+    out_console.print(fitted_table(title, columns, table_rows, drop=["why"]))
+    console.print("dry run: nothing was downloaded, trained or written", highlight=False)
 
 
 def _run_panel_file(
@@ -933,6 +1093,7 @@ def _run_panel_file(
     prefetch: bool = True,
     ray=None,
     threads: int = 1,
+    max_workers: Optional[int] = None,
 ) -> None:
     """`headtrace run` (the demo runs its panel file through it too); `threads`: torch threads of the
     organisms it trains (`train = true`)."""
@@ -942,6 +1103,10 @@ def _run_panel_file(
 
     _quiet_transformers()
     spec = load_panel(panel)
+    if max_workers is not None:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, max_workers=max_workers)
     out = out or Path("results") / spec.name
     warn_ceilings(spec.screen, planned_ceilings(spec.screen))
     kept = f"finished revisions in {out}/ are kept and a re-run skips them"
@@ -971,8 +1136,11 @@ def _run_panel_file(
             "(cf. Pythia issue #205)",
             highlight=False,
         )
+    for suspect in result.suspects:
+        console.print(f"[bold red]WARNING: suspect:[/] {escape(suspect.text())}", highlight=False)
     console.print(
         f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
+        + (f", {len(result.copied)} taken from identical weights" if result.copied else "")
         + "".join(f", {len(t.done)} {name} done" for name, t in result.stages.items() if t.done)
         + f"); summary: headtrace results {out}",
         highlight=False,
@@ -1055,7 +1223,7 @@ def results(
     timeout: Optional[float] = typer.Option(None, min=0, help="--follow: stop after this many seconds (exit 0)."),
 ) -> None:
     """Load a results directory into one table and print a summary per model and revision."""
-    from headtrace.store import check_save_path, load_results, save_table
+    from headtrace.store import check_save_path, load_results, save_table, weight_flags
 
     if save and follow:
         raise HeadtraceError("--save writes the table once: run it without --follow")
@@ -1082,9 +1250,15 @@ def results(
         "sink heads": {},
         "underflow": right,
         "same weights as": {"overflow": "fold"},
+        "weights warning": {"overflow": "fold"},
     }
+    flags = weight_flags(out, runs)
     rows = [
-        [*_revision_cells(model, revision, heads, heads.iloc[0]), escape(same) if isinstance(same, str) else ""]
+        [
+            *_revision_cells(model, revision, heads, heads.iloc[0]),
+            escape(same) if isinstance(same, str) else "",
+            escape(flags.get((model, revision), "")),
+        ]
         for (model, revision), heads in table.groupby(["model", "revision"], sort=False)
         for same in [heads.same_weights_as.iloc[0]]
     ]
@@ -1095,6 +1269,7 @@ def results(
     empty = [
         name
         for name, nothing in (
+            ("weights warning", not flags),
             ("same weights as", runs.same_weights_as.isna().all()),
             ("underflow", not table.baseline_underflow.any()),
         )
@@ -1105,6 +1280,12 @@ def results(
         console.print(
             "[bold red]WARNING:[/] some revisions have identical weight files (column "
             "same_weights_as): the source may serve the wrong checkpoint for them"
+        )
+    if flags:
+        console.print(
+            f"[bold red]WARNING:[/] {len(flags)} revisions have a weights warning (column weights warning): "
+            "weight files shared with another revision, equal to the final one, or heads closer to a far "
+            "revision than to their neighbours (docs/reliability.md)"
         )
     if save:
         save_table(table, save)

@@ -22,6 +22,8 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     # train = true                       # ... train = true trains those missing, organism = { steps = 600 }
     [ablation]                           # optional: a stage (stages.py): circuit, draws, mode, revisions
     [download]                           # optional: attempts, backoff_s, max_backoff_s (RetryPolicy)
+    [run]                                # optional: max_workers (weight files of a revision downloaded
+                                         # side by side; default 4)
 
 `run_panel` plans one task per (model, revision), checks every name before any work starts, skips
 shards already written with the same config hash, runs the rest on an executor (executors.py),
@@ -64,8 +66,9 @@ from headtrace.families import Gap, check_new_members, expand, groups, manifest_
 from headtrace.finding_kinds import check_expectations
 from headtrace.organism.config import ORGANISM_FILE, Organism
 from headtrace.schema import DTYPES, FLAT_TYPES, ScreenConfig
-from headtrace.revisions import NameMap, selection_notes
-from headtrace.sources import SOURCES, CheckpointSource, RetryPolicy
+from headtrace.revisions import NameMap, selection_notes, training_key
+from headtrace.series import Series, list_series
+from headtrace.sources import SOURCES, CheckpointSource, HubSource, RetryPolicy
 from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
 from headtrace.store import (
     MANIFEST_SCHEMA,
@@ -74,6 +77,7 @@ from headtrace.store import (
     check_written_by_us,
     identical_weights,
     manifest_shards,
+    read_table,
     utc_now,
     write_manifest,
 )
@@ -99,8 +103,9 @@ class ModelSpec:
     organism: Organism | None = None  # what to train when its folder lacks it (train = true)
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
-    def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
-        return SOURCES.get(self.source).make(self.id, self.path, self.names, retry)
+    def checkpoint_source(self, retry: RetryPolicy = RetryPolicy(), max_workers: int = 4) -> CheckpointSource:
+        source = SOURCES.get(self.source).make(self.id, self.path, self.names, retry)
+        return dataclasses.replace(source, max_workers=max_workers) if isinstance(source, HubSource) else source
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,7 @@ class Panel:
     retry: RetryPolicy = RetryPolicy()
     path: str | None = None
     sha256: str | None = None
+    max_workers: int = 4  # [run]: weight files of one revision downloaded side by side
 
     def screen_for(self, model: str) -> ScreenConfig:
         """The screen config of one model: the [screen] section with the model's own dtype, if it has one."""
@@ -140,6 +146,7 @@ _ROOT_KEYS = {
     "screen": "table",
     "models": "tables",
     "download": "table",
+    "run": "table",
 }  # and a table per stage the file enables (STAGES: e.g. [ablation])
 _MODEL_KEYS = {
     "id": "str",
@@ -159,6 +166,7 @@ _MODEL_KEYS = {
 }
 _SCREEN_KEYS = FLAT_TYPES
 _DOWNLOAD_KEYS = {f.name: str(f.type) for f in dataclasses.fields(RetryPolicy)}
+_RUN_KEYS = {"max_workers": "int"}
 
 
 class _KeyLines:
@@ -319,6 +327,9 @@ def load_panel(path: str | Path) -> Panel:
     retry = RetryPolicy(**check.table(document.get("download", {}), _DOWNLOAD_KEYS, "download"))
     if retry.attempts < 1 or retry.backoff_s < 0:
         raise check.fail("download", None, "attempts must be >= 1 and backoff_s >= 0")
+    run = check.table(document.get("run", {}), _RUN_KEYS, "run")
+    if run.get("max_workers", 4) < 1:
+        raise check.fail("run", "max_workers", "max_workers must be >= 1")
     return Panel(
         name=document.get("name", path.stem),
         models=tuple(models),
@@ -327,6 +338,7 @@ def load_panel(path: str | Path) -> Panel:
         retry=retry,
         path=str(path),
         sha256=hashlib.sha256(raw).hexdigest(),
+        max_workers=run.get("max_workers", 4),
     )
 
 
@@ -379,7 +391,7 @@ def plan(
     or cannot measure (revisions.selection_notes)."""
     tasks = []
     for group in groups(panel.models if models is None else models):
-        sources = [model.checkpoint_source(panel.retry) for model in group]
+        sources = [model.checkpoint_source(panel.retry, panel.max_workers) for model in group]
         name = group[0].family or group[0].id
         where = f"{panel.path}:{group[0].line}: {name}" if panel.path else name
         catalogs = [source.revisions() for source in sources]
@@ -392,6 +404,85 @@ def plan(
                 label = where if len(group) == 1 else f"{where} ({model.id})"
                 notes += selection_notes(catalog, revisions, group[0].revisions, label)
     return tasks
+
+
+# --------------------------------------------------------------------------------------------
+# What the hub's listing says of the planned revisions' weights (series.py).
+
+
+@dataclass
+class WeightsPlan:
+    """Per shard: the shard whose tables it takes (identical weights: neither downloaded nor screened
+    again), the warning its run record carries (some weight files shared, or equal to the final
+    revision), and the weight bytes its download costs (None: not known before fetching)."""
+
+    copies: dict[str, str] = field(default_factory=dict)  # shard -> the shard screened for it
+    warnings: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int | None] = field(default_factory=dict)
+    listings: dict[str, Series] = field(default_factory=dict)  # model -> its series (hub models)
+    notes: list[str] = field(default_factory=list)  # models planned without their listing, and why
+
+
+def weights_plan(tasks: Sequence[Task], keep: set[str] = frozenset()) -> WeightsPlan:
+    """Read each hub model's listing for its planned revisions (no weight byte downloaded). Among a
+    model's revisions with the same weight files, the one with fewest tokens is screened and the
+    others take its tables, except the shards in `keep` (a later stage needs their checkpoint)."""
+    result = WeightsPlan()
+    by_model: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_model.setdefault(task.source.name, []).append(task)
+        result.sizes[task.shard] = None
+    for model, group in by_model.items():
+        source = group[0].source
+        if not isinstance(source, HubSource):
+            continue
+        try:
+            found = list_series(source, only=[n for t in group for n in (t.revision.name, t.revision.alias_of) if n])
+        except HeadtraceError as exc:  # offline without a cached listing: duplicates are found after the screen
+            result.notes.append(f"{model}: planned without the hub's listing ({exc})")
+            continue
+        result.listings[model] = found
+        listed = found.by_name()
+        kept: dict[frozenset[str], Task] = {}
+        for task in sorted(group, key=lambda t: training_key(t.revision)):
+            entry = listed.get(task.revision.alias_of or task.revision.name)
+            if entry is None or not entry.files:
+                continue
+            result.sizes[task.shard] = entry.size
+            first = kept.setdefault(entry.digests, task)
+            if first is not task and task.shard not in keep:
+                result.copies[task.shard] = first.shard
+                result.sizes[task.shard] = 0
+        names = {t.revision.alias_of or t.revision.name: t for t in group}
+        for duplicate in found.duplicates:
+            task = names.get(duplicate.revision)
+            if task is not None and duplicate.kind != "identical" and task.shard not in result.copies:
+                text = duplicate.text()
+                result.warnings[task.shard] = "; ".join(filter(None, [result.warnings.get(task.shard), text]))
+    return result
+
+
+def write_copy(results: ResultsDir, task: Task, screened: Task, config_hash: str) -> dict | None:
+    """Write `task`'s shard from `screened`'s stored tables (the same weight files): its own revision
+    and tokens, `same_weights_as` set, nothing downloaded. None when `screened` has no stored shard."""
+    heads = results.stored_screen(screened.source.name, screened.revision.name, config_hash)
+    if heads is None:
+        return None
+    run = read_table(results.run_path(screened.source.name, screened.revision.name))
+    tokens = float("nan") if task.revision.tokens is None else float(task.revision.tokens)
+    heads = heads.assign(revision=task.revision.name, tokens=tokens)
+    run = run.assign(
+        revision=task.revision.name,
+        tokens=tokens,
+        same_weights_as=screened.revision.name,
+        weights_warning=None,
+        downloaded_bytes=0,
+        fetch_s=0.0,
+        load_s=0.0,
+        finished_at=utc_now(),
+    )
+    results.write_shard(heads, run)
+    return run.iloc[0].to_dict()
 
 
 # --------------------------------------------------------------------------------------------
@@ -451,7 +542,12 @@ def train_pending(panel: Panel, train_one: Trainer | None = None) -> list[str]:
 
 
 def _write_manifest(
-    out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: dict[str, str], missing: Sequence[Gap] = ()
+    out: ResultsDir,
+    panel: Panel,
+    runs: pd.DataFrame,
+    failed: dict[str, str],
+    missing: Sequence[Gap] = (),
+    extra: dict | None = None,
 ) -> None:
     document = {
         "schema": MANIFEST_SCHEMA,
@@ -464,8 +560,31 @@ def _write_manifest(
         "shards": manifest_shards(runs),
         "failed": [{"task": k, "error": v} for k, v in failed.items()],
         **manifest_entry(panel.models, missing),
+        **(extra or {}),
     }
     write_manifest(out, document)
+
+
+def _weights_entries(result: "RunOutcome", tasks: Sequence[Task]) -> dict:
+    """The manifest's account of the listing: shards taken from another's tables, warnings, suspects."""
+    by_shard = {t.shard: t for t in tasks}
+    return {
+        "same_weights": [
+            {
+                "model": by_shard[copy].source.name,
+                "revision": by_shard[copy].revision.name,
+                "same_weights_as": by_shard[screened].revision.name,
+                "downloaded": False,
+                "screened": False,
+            }
+            for copy, screened in result.copies.items()
+        ],
+        "weights_warnings": [
+            {"model": by_shard[s].source.name, "revision": by_shard[s].revision.name, "warning": w}
+            for s, w in result.warnings.items()
+        ],
+        "suspects": [dataclasses.asdict(s) for s in result.suspects],
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -489,6 +608,10 @@ class RunOutcome:
     stages: dict[str, "StageTally"] = field(default_factory=dict)  # per stage after the screen
     missing: list[Gap] = field(default_factory=list)  # revisions of its family's selection a member lacks
     notes: list[str] = field(default_factory=list)  # what the revision selections left out or cannot measure
+    copies: dict[str, str] = field(default_factory=dict)  # shard -> the shard with the same weights screened for it
+    copied: list[str] = field(default_factory=list)  # copies this call wrote from their screened shard's tables
+    warnings: dict[str, str] = field(default_factory=dict)  # shard -> weights warning (series.py)
+    suspects: list = field(default_factory=list)  # series.Suspect: the neighbour check after the screen
 
 
 @dataclass
@@ -516,12 +639,17 @@ def run_panel(
 
     All revision names are checked before any work starts; organisms of `train = true` entries are
     trained first (`train_pending`, by `train_one`). `on_start` sees the plan (what will be skipped
-    and recomputed) before the first task runs."""
+    and recomputed) before the first task runs. Hub models are planned with their listing
+    (`weights_plan`): a revision with the same weight files as one with fewer tokens takes its tables;
+    one sharing some files, or equal to the final revision, is screened with a `weights_warning`.
+    After the screen, the neighbour check (series.neighbour_suspects) names suspects."""
     EXECUTORS.get(executor)
     train_pending(panel, train_one)
     missing: list[Gap] = []
     notes: list[str] = []
     tasks = plan(panel, missing, notes=notes)
+    targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}
+    weights = weights_plan(tasks, keep=set().union(*targets.values()))
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -529,19 +657,24 @@ def run_panel(
         raise HeadtraceError(f"cannot create output directory '{out}': {exc.strerror or exc}") from None
     reporter = reporter or QuietReporter()
     results = ResultsDir(out)
+    by_shard = {t.shard: t for t in tasks}
     with OutputLock(results) as lock:
         runs = results.existing_runs()
         check_written_by_us(results, runs)
         result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing, notes=notes)
+        result.copies, result.warnings = dict(weights.copies), dict(weights.warnings)
+        result.notes += weights.notes
         written = dict(zip(runs.shard, runs.config_hash))
-        targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}
         result.stages = {p.stage.name: StageTally() for p in panel.stages}
-        todo = []
+        todo, pending_copies = [], []
         for task in tasks:
             config = panel.screen_for(task.source.name)
             screened = written.get(task.shard) == config.config_hash
             if screened:
                 result.skipped.append(task.shard)
+            elif task.shard in weights.copies:
+                pending_copies.append(task)
+                continue
             else:
                 (result.recomputed if task.shard in written else result.computed).append(task.shard)
             names = [] if screened else [ScreenStage.name]
@@ -555,11 +688,33 @@ def run_panel(
                     tally.todo.append(task.shard)
                     names.append(name)
             if names:
-                todo.append(dataclasses.replace(task, stages=tuple(names)))
+                todo.append(
+                    dataclasses.replace(task, stages=tuple(names), weights_warning=weights.warnings.get(task.shard))
+                )
         if on_start:
             on_start(result)
         runs = runs.set_index("shard", drop=False)
+
+        def copy_from(source_shard: str) -> None:
+            nonlocal runs
+            for task in [t for t in pending_copies if weights.copies[t.shard] == source_shard]:
+                config = panel.screen_for(task.source.name)
+                record = write_copy(results, task, by_shard[source_shard], config.config_hash)
+                if record is None:
+                    result.failed[task.label] = (
+                        f"its weights equal {by_shard[source_shard].label}, which was not screened"
+                    )
+                    continue
+                result.copied.append(task.shard)
+                runs = _with_row(runs, TaskResult(task, run=record))
+                reporter.warn(
+                    f"{task.label}: same weight files as {by_shard[source_shard].revision.name}, its tables taken"
+                )
+
+        for shard in result.skipped:
+            copy_from(shard)
         options = ExecutionOptions(prefetch=prefetch, ray=ray)
+        extra = functools.partial(_weights_entries, result, tasks)
         for outcome in _execute(todo, panel, out, executor, keep_checkpoints, options, reporter):
             if outcome.error:
                 result.failed[outcome.task.label] = outcome.error
@@ -569,20 +724,87 @@ def run_panel(
                 same = identical_weights(runs).get(outcome.task.shard)
                 if same:
                     reporter.warn(f"{outcome.task.label} has the same weight files as {same}")
+            if not outcome.error:
+                copy_from(outcome.task.shard)
+            else:
+                for task in [t for t in pending_copies if weights.copies[t.shard] == outcome.task.shard]:
+                    result.failed[task.label] = f"its weights equal {outcome.task.label}, which failed"
             for name in outcome.stages:
                 result.stages[name].done.append(outcome.task.shard)
             for name, error in outcome.stage_errors.items():
                 result.stages[name].failed[outcome.task.label] = error
                 reporter.warn(f"{outcome.task.label}: {name} not run: {error}")
-            _write_manifest(results, panel, runs, result.failed, missing)
+            _write_manifest(results, panel, runs, result.failed, missing, extra())
             if outcome.fatal:
                 result.stopped_by = f"{outcome.task.label}: {outcome.error}"
                 break
-        if not todo:
-            _write_manifest(results, panel, runs, result.failed, missing)
+        if result.stopped_by is None:
+            result.suspects = _neighbour_check(results, runs, tasks)
+            for suspect in result.suspects:
+                reporter.warn(suspect.text())
+        _write_manifest(results, panel, runs, result.failed, missing, extra())
     mine = runs[runs.shard.isin({t.shard for t in tasks})]
     result.identical = [(r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s]
     return result
+
+
+@dataclass(frozen=True)
+class PlannedShard:
+    """One line of `run --dry-run`: what would happen to a (model, revision)."""
+
+    model: str
+    revision: str
+    action: str  # download | local | kept | same weights | train first
+    bytes: int | None  # weight bytes to download (None: unknown before fetching; 0: none)
+    why: str = ""
+
+
+def dry_run(panel: Panel, out: str | Path) -> list[PlannedShard]:
+    """What `run_panel` would do, from the listings alone: no weight is downloaded, no organism is
+    trained, nothing is written."""
+    waiting = {m.family or m.id for m in untrained(panel.models, panel.path or panel.name)}
+    rows = [
+        PlannedShard(m.id, str(m.revisions), "train first", 0, "an organism not trained yet (train = true)")
+        for m in panel.models
+        if (m.family or m.id) in waiting
+    ]
+    tasks = plan(panel, models=[m for m in panel.models if (m.family or m.id) not in waiting])
+    targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}
+    weights = weights_plan(tasks, keep=set().union(*targets.values()))
+    results = ResultsDir(out)
+    runs = results.existing_runs() if Path(out).is_dir() else pd.DataFrame(columns=["shard", "config_hash"])
+    written = dict(zip(runs.shard, runs.config_hash))
+    by_shard = {t.shard: t for t in tasks}
+    for task in tasks:
+        name, revision = task.source.name, task.revision.name
+        if written.get(task.shard) == panel.screen_for(name).config_hash:
+            rows.append(PlannedShard(name, revision, "kept", 0, "already screened with this config"))
+        elif task.shard in weights.copies:
+            same = by_shard[weights.copies[task.shard]].revision.name
+            rows.append(
+                PlannedShard(name, revision, "same weights", 0, f"identical weight files to {same}: its tables")
+            )
+        elif isinstance(task.source, HubSource):
+            rows.append(
+                PlannedShard(
+                    name, revision, "download", weights.sizes.get(task.shard), weights.warnings.get(task.shard, "")
+                )
+            )
+        else:
+            rows.append(PlannedShard(name, revision, "local", 0, "read from disk"))
+    return rows
+
+
+def _neighbour_check(results: ResultsDir, runs: pd.DataFrame, tasks: Sequence[Task]) -> list:
+    """series.neighbour_suspects over the panel's screened shards (never drops data)."""
+    from headtrace.series import neighbour_suspects
+
+    mine = runs[runs.shard.isin({t.shard for t in tasks})] if len(runs) else runs
+    if not len(mine):
+        return []
+    mine = mine.assign(same_weights_as=identical_weights(mine.reset_index(drop=True)).to_numpy())
+    heads = [read_table(results.heads_path(r.model, r.revision)) for r in mine.itertuples()]
+    return neighbour_suspects(pd.concat(heads, ignore_index=True), mine.reset_index(drop=True))
 
 
 def stage_targets(panel: Panel, spec: StagePlan, tasks: list[Task]) -> set[str]:

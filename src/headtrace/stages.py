@@ -58,6 +58,7 @@ class CheckpointContext:
     fetch_s: float = 0.0
     load_s: float = 0.0
     member: tuple[str, int] | None = None  # (family, seed) of a seed family's member (families.py)
+    weights_warning: str | None = None  # shares weight files with, or equals, another revision (series.py)
 
 
 @dataclass
@@ -129,6 +130,7 @@ class ScreenStage(Stage):
             checkpoint.downloaded_bytes,
             checkpoint.fetch_s,
             checkpoint.load_s,
+            weights_warning=checkpoint.weights_warning,
         )
         heads = result.heads
         if checkpoint.member is not None:

@@ -409,6 +409,25 @@ def identical_weights(runs: pd.DataFrame) -> pd.Series:
     return pd.Series([s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object)
 
 
+def weight_flags(out: str | Path, runs: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """Revisions whose weights are in doubt: the run record's `weights_warning` (the hub's listing)
+    and the manifest's `suspects` (the neighbour check), one text per (model, revision)."""
+    flags: dict[tuple[str, str], list[str]] = {}
+    if "weights_warning" in runs:
+        for run in runs.itertuples():
+            if isinstance(run.weights_warning, str) and run.weights_warning:
+                flags.setdefault((run.model, run.revision), []).append(run.weights_warning)
+    try:
+        suspects = json.loads(ResultsDir(out).manifest.read_text()).get("suspects") or []
+        for s in suspects:
+            far, near = f"{s['distance']:.3g}", f"{s['neighbour_distance']:.3g}"
+            text = f"closer to {s['closer_to']} ({far}) than to its neighbours ({near})"
+            flags.setdefault((s["model"], s["revision"]), []).append(f"suspect: {text}")
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        pass
+    return {key: "; ".join(texts) for key, texts in flags.items()}
+
+
 def new_shards(out: str | Path, interval: float, timeout: float | None = None) -> Iterator[list[str]]:
     """The shards finished since the last look, in the order they were written (a training run's
     revisions in training order): now, then every `interval` seconds until `timeout` (never without
@@ -449,6 +468,7 @@ MANIFEST_COLUMNS = (
     "config_hash",
     "checkpoint_hash",
     "same_weights_as",
+    "weights_warning",
     "downloaded_bytes",
     "fetch_s",
     "load_s",

@@ -19,7 +19,7 @@ from headtrace.findings import findings_table
 from headtrace.headview import Results, report_data
 from headtrace.probes import CLASSES
 from headtrace.schema import random_draws_summary
-from headtrace.store import ABLATIONS, ResultsDir
+from headtrace.store import ABLATIONS, ResultsDir, weight_flags
 from headtrace.trajectory import (
     ModelTrajectory,
     TrajectoryConfig,
@@ -51,6 +51,7 @@ class ReportData:
     families: dict[str, dict[int, str]] = field(default_factory=dict)  # family -> {seed: model} (families.py)
     gaps: list[Gap] = field(default_factory=list)  # revisions a family member lacks (from the manifest)
     head_views: dict[str, dict] = field(default_factory=dict)  # model -> headview.report_data, where patterns were kept
+    flags: dict[tuple[str, str], str] = field(default_factory=dict)  # (model, revision) -> weights warning, suspect
 
     def panel(self, model: str) -> ModelTrajectory:
         return next(p for p in self.panels if p.name == model)
@@ -98,6 +99,7 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
         families=members(runs),
         gaps=gaps,
         head_views={model: view for model, view in head_views.items() if view is not None},
+        flags=weight_flags(out, runs),
     )
 
 

@@ -118,6 +118,32 @@ def _at(axis: TimeAxis, revision: str) -> float:
     return float(axis.x[axis.names.index(revision)])
 
 
+def _mark_flagged(ax: Axes, plot: Plot, data: ReportData, model: str, axis: TimeAxis) -> None:
+    """Red triangles on the time axis at revisions whose weights are in doubt (ReportData.flags)."""
+    shown = [
+        (name, text)
+        for (m, name), text in data.flags.items()
+        if m == model and name in axis.names and axis.drawn[axis.names.index(name)]
+    ]
+    if not shown:
+        return
+    points = ax.scatter(
+        [_at(axis, name) for name, _ in shown],
+        [0.0] * len(shown),
+        marker="^",
+        s=70,
+        color="red",
+        edgecolor="k",
+        linewidth=0.5,
+        zorder=6,
+        clip_on=False,
+        transform=ax.get_xaxis_transform(),
+    )
+    plot.tip(points, [f"{model} · {name}\nweights warning: {text}" for name, text in shown])
+    if "Red triangles" not in plot.caption:
+        plot.caption += " Red triangles: revisions whose weights are in doubt (see Warnings)."
+
+
 def _threshold_line(ax: Axes, value: float, text: str, color: str = "k") -> None:
     ax.axhline(value, color=color, ls="--", lw=0.9)
     ax.annotate(
@@ -214,6 +240,7 @@ def sink_fraction_plot(data: ReportData) -> Plot:
                 for r in curve.itertuples()
             ],
         )
+        _mark_flagged(ax, plot, data, panel.name, axis)
         reached = model_milestones(data, panel.name, SINK_MILESTONE).dropna(subset=["revision"])
         stars = milestone_labels(reached.loc[reached.tokens > 0])
         if len(stars):
@@ -716,6 +743,7 @@ def induction_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     plot.caption += _ceiling_line(ax, x, panel.revisions.ceiling_induction.to_numpy(dtype=float)[axis.drawn])
     ax.set_ylabel("induction selectivity (x baseline)")
     _use_time_axis(ax, axis)
+    _mark_flagged(ax, plot, data, panel.name, axis)
     top1 = panel.revisions.top1.to_numpy(dtype=float)[axis.drawn]
     if np.isfinite(top1).any():
         twin = ax.twinx()
@@ -786,6 +814,7 @@ def spectral_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         twin.axhline(c.thresholds.induction_threshold, color="C3", ls="--", lw=0.8)
         twin.set_ylabel("induction selectivity", color="C3", fontsize=7)
         _use_time_axis(ax, axis)
+        _mark_flagged(ax, plot, data, panel.name, axis)
         ax.set_xlabel("")
         ax.set_ylabel("PR", color="C0")
         marks = numbers.get("heads", {}).get(head)
@@ -855,6 +884,7 @@ def recall_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     ax.set_ylim(-0.03, 1.08)
     ax.set_ylabel(f"final circuit >= {c.thresholds.induction_threshold:g}x")
     _use_time_axis(ax, axis)
+    _mark_flagged(ax, plot, data, panel.name, axis)
     plot.figure = fig
     return plot
 

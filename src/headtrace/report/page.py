@@ -249,6 +249,19 @@ def _head_view(view: dict | None) -> str:
     )
 
 
+def _warnings(data: ReportData) -> str:
+    """The Warnings section: revisions whose weights are in doubt, one row each (never dropped)."""
+    if not data.flags:
+        return ""
+    rows = pd.DataFrame([{"model": m, "revision": r, "warning": text} for (m, r), text in sorted(data.flags.items())])
+    return (
+        "<p>Revisions whose weights are in doubt: weight files shared with another revision or equal to the "
+        "final one (the hub's listing), or heads much closer to a far revision than to their neighbours "
+        "(the neighbour check). Their results are kept and marked with red triangles on the trajectory "
+        "figures.</p>" + _table(rows)
+    )
+
+
 def _gaps(gaps: list[str]) -> str:
     return '<ul class="gaps">' + "".join(f"<li>{_e(g)}</li>" for g in gaps) + "</ul>" if gaps else ""
 
@@ -276,7 +289,9 @@ def page(
     models = [p.name for p in data.panels]
     per_model_gaps = {p.name: model_gaps(p, data.config) for p in data.panels}
     missing = _gaps(panel_gaps(data)) + "".join(f"<h3>{_e(m)}</h3>{_gaps(g)}" for m, g in per_model_gaps.items() if g)
+    warnings = _warnings(data)
     nav = ['<a href="#overview">Overview</a>', '<a href="#findings">Findings</a>']
+    nav += ['<a href="#warnings">Warnings</a>'] if warnings else []
     nav += [f'<a href="#model-{slug(m)}">{_e(m)}</a>' for m in models]
     nav += ['<a href="#ablations">Ablations</a>', '<a href="#runs">Runs</a>'] + (
         ['<a href="#missing">Missing</a>'] if missing else []
@@ -285,6 +300,8 @@ def page(
         f'<section id="overview"><h2>Overview</h2>{figures(overview)}</section>',
         f'<section id="findings"><h2>Findings</h2>{_findings(data)}</section>',
     ]
+    if warnings:
+        sections.append(f'<section id="warnings"><h2>Warnings</h2>{warnings}</section>')
     for panel in data.panels:
         names = ", ".join(revision_label(n, t) for n, t in zip(panel.names, panel.tokens))
         sections.append(
