@@ -202,7 +202,7 @@ def timeline(data: ReportData) -> pd.DataFrame:
 
 def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
     """One row per ablation (model, revision, circuit, mode): the deciding metric under each
-    condition, the matched-random seeds' mean and 2.5-97.5 percentile range, and the stored
+    condition (clean_value, circuit_value, layers_value), the matched-random seeds' mean and 2.5-97.5 percentile range, and the stored
     differential with its interval and verdict (the matched-random summary is the CLI's too:
     schema.random_draws_summary)."""
     keys = ["model", "revision", "circuit", "mode"]
@@ -216,7 +216,9 @@ def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
         }
         seeds = values["random"]
         mean, low, high = random_draws_summary(seeds)
-        once = {kind: values[kind][0] if len(values[kind]) else np.nan for kind in ("clean", "circuit", "layers")}
+        once = {  # the metric under each single condition; not named after the condition, so `circuit` stays its name
+            f"{kind}_value": values[kind][0] if len(values[kind]) else np.nan for kind in ("clean", "circuit", "layers")
+        }
         rows.append(
             {
                 **dict(zip(keys, key)),

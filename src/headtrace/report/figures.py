@@ -883,7 +883,7 @@ def ablations_plot(data: ReportData) -> Plot:
     axes = fig.subplots(len(summary), 2, squeeze=False, width_ratios=[2.2, 1])
     for (left, right), r in zip(axes, summary.itertuples()):
         names = ["clean", "circuit", "random", "layers"]
-        values = [r.clean, r.circuit, r.random_mean, r.layers]
+        values = [r.clean_value, r.circuit_value, r.random_mean, r.layers_value]
         colors = ["k", "C3", "C0", "0.5"]
         seeds = np.asarray(r.random_seeds, dtype=float)
         left.scatter(seeds, np.full(len(seeds), 2.0) + np.linspace(-0.18, 0.18, len(seeds)), color="0.6", s=6)
