@@ -639,7 +639,8 @@ def ablate(
     circuit: str = typer.Option(
         ...,
         help="induction, previous-token (best class previous-token, >= 100x), "
-        "previous-token-any (>= 100x), sink (the screen's all-head sets); pr-top:K (the K "
+        "previous-token-any (>= 100x), sink (the screen's all-head sets); final:<set> (that set "
+        "at the model's last revision screened in --out: F8, causal emergence); pr-top:K (the K "
         "heads of highest time-integrated PR over the revisions in --out); or heads like "
         "L2H11,L4H12.",
     ),
@@ -671,8 +672,9 @@ def ablate(
     """Ablate a circuit against matched-random heads: is the circuit necessary?"""
     from headtrace.ablation import AblationConfig, ablate_checkpoint
     from headtrace.models import preflight
+    from headtrace.schema import parse_circuit
     from headtrace.sources import checkpoint_location
-    from headtrace.store import check_writable
+    from headtrace.store import ResultsDir, check_writable
 
     _quiet_transformers()
     ablation = AblationConfig(
@@ -686,13 +688,21 @@ def ablate(
         metric=metric,
     )
     ablation.validate()
+    name = name or _default_name(model)
+    spec = parse_circuit(circuit)
+    if spec.final:  # the final circuit comes from --out: read it before any model loads
+        if out is None:
+            raise HeadtraceError(
+                f"--circuit {circuit} takes the set at {name}'s last revision screened in a results folder: "
+                "pass --out DIR"
+            )
+        ResultsDir(out).final_circuit(name, spec.head_set)
     location, hub_revision, _ = checkpoint_location(model, revision)
     cache = str(cache_dir) if cache_dir else None
     with console.status(f"checking {escape(model)}"):
         config, _ = preflight(location, config, hub_revision, trust_remote_code, cache, circuit=circuit)
     if out:
         check_writable(out)
-    name = name or _default_name(model)
     with (
         on_interrupt("nothing was written", again="run it again"),
         progress_bars(f"screen {name}", "ablate", waiting=f"load {_label(name, revision)}") as (screening, ablating),

@@ -20,7 +20,8 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     # seeds = [1, 2, 3]                  # a seed family: {seed} in id (and path) names each member;
     # seed0 = "EleutherAI/pythia-160m"   # ... seed0 the hub id of seed 0; family = "name"; organisms:
     # train = true                       # ... train = true trains those missing, organism = { steps = 600 }
-    [ablation]                           # optional: a stage (stages.py): circuit, draws, mode, revisions
+    [ablation]                           # optional: a stage (stages.py): circuit, draws, mode, revisions;
+                                         # circuit = "final:induction": F8's second pass (below)
     [download]                           # optional: attempts, backoff_s, max_backoff_s (RetryPolicy)
 
 `run_panel` plans one task per (model, revision), checks every name before any work starts, skips
@@ -31,6 +32,13 @@ already stored with the same config is kept, so a re-run resumes. A lock file st
 from sharing a directory. Planning is torch-free: the model code loads when a task runs. A seed
 family's entry expands into one model per seed, whose shards carry `family` and `seed` columns
 (families.py).
+
+A stage with `second_pass` (the ablation of a `final:<set>` circuit, F8) runs after every screen:
+the set is read at each model's last revision, then ablated at the section's revisions (`log:8`
+unless it says). Its checkpoints are fetched again with the same executor and disk bound as the
+first pass (at most two revisions on disk with the local executor): local and organism folders are
+read in place, hub revisions come from the cache when `keep_checkpoints` kept them, else they
+download again.
 """
 
 from __future__ import annotations
@@ -64,7 +72,7 @@ from headtrace.families import Gap, check_new_members, expand, groups, manifest_
 from headtrace.finding_kinds import check_expectations
 from headtrace.organism.config import ORGANISM_FILE, Organism
 from headtrace.schema import DTYPES, FLAT_TYPES, ScreenConfig
-from headtrace.revisions import NameMap, selection_notes
+from headtrace.revisions import NameMap, log_count, log_selection, selection_notes
 from headtrace.sources import SOURCES, CheckpointSource, RetryPolicy
 from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
 from headtrace.store import (
@@ -106,7 +114,7 @@ class ModelSpec:
 @dataclass(frozen=True)
 class StagePlan:
     """A stage's section (e.g. `[ablation]`): the stage with its settings, and the revisions it
-    runs on: final (each model's last), all, or a list of names."""
+    runs on: final (each model's last), all, log:N (log-spaced over each model's), or a list of names."""
 
     stage: Stage
     revisions: str | tuple[str, ...] = "final"
@@ -356,11 +364,13 @@ def _stage_plan(check: _Checker, name: str, values) -> StagePlan:
     """A stage's section: its settings (checked as the stage declares them) and its revisions."""
     kind = STAGES.get(name)
     values = check.table(values, {**kind.section_keys(), "revisions": "revisions"}, name)
-    revisions = values.pop("revisions", kind.default_revisions)
+    revisions = values.pop("revisions", None)
     if isinstance(revisions, str) and revisions not in ("final", "all"):
-        raise check.fail(name, "revisions", "revisions must be 'final', 'all' or a list of names")
+        if not log_count(revisions):
+            raise check.fail(name, "revisions", "revisions must be 'final', 'all', 'log:N' or a list of names")
     try:
-        return StagePlan(kind.from_section(values), revisions)
+        stage = kind.from_section(values)
+        return StagePlan(stage, stage.revisions_default if revisions is None else revisions)
     except SettingError as exc:
         raise check.fail(name, exc.key, str(exc)) from None
     except (HeadtraceError, TypeError, ValueError) as exc:
@@ -553,31 +563,25 @@ def run_panel(
                     tally.kept.append(task.shard)
                 else:
                     tally.todo.append(task.shard)
-                    names.append(name)
+                    if not stage_plan.stage.second_pass:
+                        names.append(name)
             if names:
                 todo.append(dataclasses.replace(task, stages=tuple(names)))
         if on_start:
             on_start(result)
         runs = runs.set_index("shard", drop=False)
         options = ExecutionOptions(prefetch=prefetch, ray=ray)
+        record = functools.partial(_record, result, results, panel, reporter, missing)
         for outcome in _execute(todo, panel, out, executor, keep_checkpoints, options, reporter):
-            if outcome.error:
-                result.failed[outcome.task.label] = outcome.error
-            elif outcome.run is not None:
-                result.written.append(outcome.task.shard)
-                runs = _with_row(runs, outcome)
-                same = identical_weights(runs).get(outcome.task.shard)
-                if same:
-                    reporter.warn(f"{outcome.task.label} has the same weight files as {same}")
-            for name in outcome.stages:
-                result.stages[name].done.append(outcome.task.shard)
-            for name, error in outcome.stage_errors.items():
-                result.stages[name].failed[outcome.task.label] = error
-                reporter.warn(f"{outcome.task.label}: {name} not run: {error}")
-            _write_manifest(results, panel, runs, result.failed, missing)
-            if outcome.fatal:
-                result.stopped_by = f"{outcome.task.label}: {outcome.error}"
+            runs = record(runs, outcome)
+            if result.stopped_by:
                 break
+        if not result.stopped_by:  # second pass: stages that need every screen (a final circuit, F8)
+            later = _second_pass(panel, tasks, targets, result, results)
+            for outcome in _execute(later, panel, out, executor, keep_checkpoints, options, reporter):
+                runs = record(runs, outcome)
+                if result.stopped_by:
+                    break
         if not todo:
             _write_manifest(results, panel, runs, result.failed, missing)
     mine = runs[runs.shard.isin({t.shard for t in tasks})]
@@ -585,10 +589,72 @@ def run_panel(
     return result
 
 
+def _record(
+    result: RunOutcome,
+    results: ResultsDir,
+    panel: Panel,
+    reporter: Reporter,
+    missing: list[Gap],
+    runs: pd.DataFrame,
+    outcome: TaskResult,
+) -> pd.DataFrame:
+    """Take one task's outcome into `result` and the manifest; returns the run records so far."""
+    if outcome.error:
+        result.failed[outcome.task.label] = outcome.error
+    elif outcome.run is not None:
+        result.written.append(outcome.task.shard)
+        runs = _with_row(runs, outcome)
+        same = identical_weights(runs).get(outcome.task.shard)
+        if same:
+            reporter.warn(f"{outcome.task.label} has the same weight files as {same}")
+    for name in outcome.stages:
+        result.stages[name].done.append(outcome.task.shard)
+    for name, error in outcome.stage_errors.items():
+        result.stages[name].failed[outcome.task.label] = error
+        reporter.warn(f"{outcome.task.label}: {name} not run: {error}")
+    _write_manifest(results, panel, runs, result.failed, missing)
+    if outcome.fatal:
+        result.stopped_by = f"{outcome.task.label}: {outcome.error or '; '.join(outcome.stage_errors.values())}"
+    return runs
+
+
+def _second_pass(
+    panel: Panel, tasks: list[Task], targets: dict[str, set[str]], result: RunOutcome, results: ResultsDir
+) -> list[Task]:
+    """The tasks of the second-pass stages, decided now that every screen is stored: a target whose
+    result is stored under the final circuit as it is now is kept, the others run (each tally is
+    redone, since the final circuit may have changed in the first pass)."""
+    later: dict[str, list[str]] = {}
+    by_shard = {t.shard: t for t in tasks}
+    for stage_plan in panel.stages:
+        stage = stage_plan.stage
+        if not stage.second_pass:
+            continue
+        tally = result.stages[stage.name] = StageTally()
+        for task in tasks:
+            if task.shard not in targets[stage.name] or task.label in result.failed:
+                continue
+            config = panel.screen_for(task.source.name)
+            if stage.done(results, task.source.name, task.revision.name, config):
+                tally.kept.append(task.shard)
+            else:
+                tally.todo.append(task.shard)
+                later.setdefault(task.shard, []).append(stage.name)
+    return [dataclasses.replace(by_shard[shard], stages=tuple(names)) for shard, names in later.items()]
+
+
 def stage_targets(panel: Panel, spec: StagePlan, tasks: list[Task]) -> set[str]:
-    """Shards a stage runs on: each model's last planned revision (final), every one (all), or the named ones."""
+    """Shards a stage runs on: each model's last planned revision (final), every one (all), N
+    log-spaced ones of each model (log:N, by tokens as revisions.log_spaced spaces them), or the named ones."""
     if spec.revisions == "all":
         return {t.shard for t in tasks}
+    if isinstance(spec.revisions, str) and log_count(spec.revisions):
+        chosen = set()
+        for model in dict.fromkeys(t.source.name for t in tasks):
+            mine = {t.revision: t for t in tasks if t.source.name == model}
+            picked = log_selection(list(mine), log_count(spec.revisions))
+            chosen |= {mine[r].shard for r in picked}
+        return chosen
     if spec.revisions == "final":  # most tokens; where tokens are unknown, the last one listed
         final: dict[str, Task] = {}
         for task in tasks:

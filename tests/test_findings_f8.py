@@ -1,0 +1,148 @@
+"""F8, causal emergence: planted trajectories with known ablation outcomes for each order (before,
+with, after formation, cannot be ordered) and each case that is not measurable, an expectation, and
+the order per seed across a family (docs/definitions.md)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_trajectory_synthetic import make_heads
+
+from headtrace.errors import HeadtraceError
+from headtrace.finding_kinds import CausalEmergence, SeedFinding, order, Bracket
+from headtrace.findings import model_findings
+from headtrace.trajectory import TrajectoryConfig
+
+MODEL = "org/synthetic"
+CIRCUIT = "L1H0,L1H1,L1H2"
+
+
+def planted_heads(formed: int | None, n_revisions: int = 6) -> pd.DataFrame:
+    """Two layers of four heads; L1H0-L1H2 are induction heads (100x) from revision `formed` on
+    (the milestone, 3 heads at 50x, is first reached there), and at the last revision in any case."""
+    sel = np.ones((n_revisions, 8))
+    sel[formed if formed is not None else n_revisions - 1 :, 4:7] = 100.0
+    if formed is None:  # the final circuit without the milestone: only two heads at the last revision
+        sel[-1, 6] = 1.0
+    return make_heads(n_revisions, n_layers=2, n_heads=4, sel_induction=sel)
+
+
+def planted_ablations(heads: pd.DataFrame, necessary: dict[int, bool], circuit: str = CIRCUIT) -> pd.DataFrame:
+    """The circuit condition's row of a final:induction ablation at each revision index given, with
+    its verdict (the differential's interval above 0 when necessary)."""
+    revisions = heads.drop_duplicates("revision")[["revision", "tokens"]].reset_index(drop=True)
+    rows = []
+    for i, yes in necessary.items():
+        rows += [
+            {
+                "model": MODEL,
+                "revision": revisions.revision[i],
+                "tokens": revisions.tokens[i],
+                "condition": condition,
+                "circuit": "final:induction",
+                "circuit_heads": circuit,
+                "verdict": "necessary" if yes else "not shown",
+                "decided_by": "top1",
+                "differential": 0.4 if yes else 0.01,
+                "differential_low": 0.3 if yes else -0.05,
+                "differential_high": 0.5 if yes else 0.07,
+            }
+            for condition in ("clean", "circuit", "random")
+        ]
+    return pd.DataFrame(rows)
+
+
+def f8(heads, ablations, expect=None, config=TrajectoryConfig()) -> tuple[str, str, dict]:
+    row = model_findings(heads, None, config, expect, ablations).set_index("finding").loc["F8"]
+    return row.status, row.statement, json.loads(row.numbers)
+
+
+@pytest.mark.parametrize(
+    "necessary, status, first, previous",
+    [
+        # Necessary at step4 (index 2), where the circuit has not formed (first at index 3): before.
+        ({1: False, 2: True, 5: True}, "before formation", "step4", "step2"),
+        # Not at step4, necessary at step8, the milestone's own revision and bracket: with.
+        ({2: False, 3: True, 5: True}, "with formation", "step8", "step4"),
+        # Not yet at step8, where the circuit has formed: after.
+        ({1: False, 3: False, 4: True, 5: True}, "after formation", "step16", "step8"),
+        # Ablated at the first and last revisions only: the brackets overlap.
+        ({0: False, 5: True}, "cannot be ordered on this grid", "step32", "step1"),
+        # Necessary at the first ablated revision: its bracket opens at the start of training.
+        ({0: True, 5: True}, "before formation", "step1", None),
+    ],
+)
+def test_each_order_on_a_planted_trajectory(necessary, status, first, previous):
+    heads = planted_heads(formed=3)
+    found, statement, numbers = f8(heads, planted_ablations(heads, necessary))
+    assert found == status and numbers["verdict"] == status
+    assert (numbers["necessary"]["revision"], numbers["necessary"]["previous_revision"]) == (first, previous)
+    assert (numbers["formed"]["revision"], numbers["formed"]["previous_revision"]) == ("step8", "step4")
+    assert numbers["revisions"] == [f"step{2**i}" for i in sorted(necessary)]
+    assert numbers["circuit_heads"] == CIRCUIT.split(",")
+    assert f"first necessary at {first}" in statement and "first at step8 (8B; after step4)" in statement
+
+
+@pytest.mark.parametrize(
+    "formed, necessary, circuit, why",
+    [
+        (3, None, CIRCUIT, "no ablation of final:induction stored"),
+        (3, {1: False, 5: False}, CIRCUIT, "not necessary at any of 2 ablated revisions"),
+        (None, {1: False, 5: True}, "L1H0,L1H1", "never reached (max 2 heads)"),
+        (3, {1: False, 5: True}, "L1H0,L1H3", "not the induction set at the last revision step32"),
+    ],
+)
+def test_not_measurable_cases(formed, necessary, circuit, why):
+    heads = planted_heads(formed)
+    ablations = None if necessary is None else planted_ablations(heads, necessary, circuit)
+    status, statement, _ = f8(heads, ablations)
+    assert status == "not measurable" and why in statement, statement
+
+
+def test_an_expected_order_is_compared():
+    heads = planted_heads(formed=3)
+    ablations = planted_ablations(heads, {1: False, 2: True, 5: True})
+    assert f8(heads, ablations, {MODEL: {"F8": "before formation"}})[0] == "as expected"
+    status, statement, numbers = f8(heads, ablations, {MODEL: {"F8": "after formation"}})
+    assert status == "differs" and numbers["expected"] == "after formation" and "expected after formation" in statement
+
+
+def test_order_against_every_bracket_by_hand():
+    """`order` against the plain definitions, over every pair of brackets on a grid of 6 revisions."""
+    for n_after in range(-1, 5):
+        for n_at in range(n_after + 1, 6):
+            for f_after in range(-1, 5):
+                for f_at in range(f_after + 1, 6):
+                    if n_at <= f_after:
+                        expected = "before formation"
+                    elif n_after >= f_at:
+                        expected = "after formation"
+                    elif (n_after, n_at) == (f_after, f_at):
+                        expected = "with formation"
+                    else:
+                        expected = "cannot be ordered on this grid"
+                    assert order(Bracket(n_after, n_at), Bracket(f_after, f_at)) == expected
+
+
+def test_order_per_seed_across_a_family():
+    per = {
+        0: SeedFinding("before formation", {"verdict": "before formation", "necessary": {"tokens": 2e9}}, ""),
+        1: SeedFinding("after formation", {"verdict": "after formation", "necessary": {"tokens": 4e9}}, ""),
+        2: SeedFinding("before formation", {"verdict": "before formation", "necessary": {"tokens": 3e9}}, ""),
+        3: SeedFinding("not measurable", {}, "no ablation"),
+    }
+    numbers, parts = CausalEmergence().across_seeds(per, TrajectoryConfig())
+    assert numbers["order"] == {"0": "before formation", "1": "after formation", "2": "before formation"}
+    assert parts[0] == (
+        "order: before formation in 2/3, after formation in 1/3 (seed 0 before formation; seed 1 after "
+        "formation; seed 2 before formation)"
+    )
+    assert numbers["necessary_tokens"]["median"] == 3e9 and parts[1] == "first necessary: 3B [2B-4B] (3/4 seeds)"
+
+
+def test_only_a_final_circuit():
+    with pytest.raises(HeadtraceError, match="final:<set>"):
+        CausalEmergence(circuit="induction").validate()
