@@ -146,3 +146,38 @@ def test_order_per_seed_across_a_family():
 def test_only_a_final_circuit():
     with pytest.raises(HeadtraceError, match="final:<set>"):
         CausalEmergence(circuit="induction").validate()
+
+
+def test_the_report_draws_f8_from_a_results_folder(tmp_path):
+    """Through the store: shards, stored ablations with every column (report_panels.ablation_rows),
+    findings.md and the F8 figure (the whole report is drawn in the organism test)."""
+    from report_panels import ablation_rows
+
+    from headtrace.findings import write_findings
+    from headtrace.report.data import load
+    from headtrace.report.figures import FIGURES, causal_plot
+    from headtrace.store import ResultsDir
+
+    heads = planted_heads(formed=3)
+    results = ResultsDir(tmp_path)
+    for revision, shard in heads.groupby("revision"):
+        results.write_shard(shard, shard[["model", "revision", "tokens"]].iloc[:1].assign(top1=0.5))
+    outcomes = planted_ablations(heads, {1: False, 2: True, 5: True}).drop_duplicates("revision")
+    for row in outcomes.itertuples():
+        rows = ablation_rows(MODEL, row.revision, row.tokens).assign(
+            circuit="final:induction",
+            circuit_heads=CIRCUIT,
+            verdict=row.verdict,
+            differential=row.differential,
+            differential_low=row.differential_low,
+            differential_high=row.differential_high,
+        )
+        results.write_ablation(rows)
+    table = write_findings(tmp_path).set_index("finding")
+    assert table.loc["F8", "status"] == "before formation"
+    assert "| org/synthetic | F8 | causal emergence | before formation |" in results.findings_md.read_text()
+    data = load(tmp_path)
+    plot = causal_plot(data, data.panel(MODEL))
+    assert plot.figure is not None and plot.title == f"{MODEL}: when the final circuit becomes necessary (F8)"
+    assert plot.tips["tip0"][1] == "step4: differential +0.4 [+0.3, +0.5] (loss), necessary"
+    assert FIGURES.get("F8").draw is causal_plot
