@@ -395,7 +395,7 @@ def screen(
         console.print(f"results written to {out}/", highlight=False, markup=False)
 
 
-def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watch=None):
+def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watch=None, keep=()):
     """Train one organism with a progress bar; Ctrl-C keeps the finished checkpoints and says so.
     With `watch` (a headtrace.watch.Watcher), its checkpoint steps are screened as it trains.
 
@@ -426,7 +426,7 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
             bar.update(task, completed=step, loss=f"{loss:.3f}")
 
         try:
-            result = train(out, organism, on_step=on_step, watch=watch)
+            result = train(out, organism, on_step=on_step, watch=watch, keep=keep)
         except KeyboardInterrupt:
             bar.stop()
             listed = out / REVISIONS_FILE
@@ -502,6 +502,11 @@ def demo(
         "one seed family and report each finding across seeds; about N times the "
         "plain demo's time (e.g. --seeds 3).",
     ),
+    causal: bool = typer.Option(
+        True,
+        help="F8, causal emergence: keep the checkpoints of log:8 and ablate the final induction circuit at "
+        "each (docs/organism.md gives its cost).",
+    ),
 ) -> None:
     """Watch circuits form, offline: train the organism, screening it as it trains; ablate the final
     checkpoint, write the report."""
@@ -511,14 +516,22 @@ def demo(
 
     started = time.perf_counter()
 
-    def train(organism, folder: Path, model: str, watch=None):
-        return _train_with_progress(organism, folder, model, threads, watch=watch)
+    def train(organism, folder: Path, model: str, watch=None, keep=()):
+        return _train_with_progress(organism, folder, model, threads, watch=watch, keep=keep)
 
     def run_panel_file(panel: Path, results: Path) -> None:
         _run_panel_file(panel, results, threads=threads)
 
     outcome = run_demo(
-        out, train, run_panel_file, compare=compare, steps=steps, n_examples=n_examples, seed=seed, seeds=seeds
+        out,
+        train,
+        run_panel_file,
+        compare=compare,
+        steps=steps,
+        n_examples=n_examples,
+        seed=seed,
+        seeds=seeds,
+        causal=causal,
     )
     paths = outcome.paths
     if seeds is None:
