@@ -751,6 +751,10 @@ STATUS_STYLE = {
     "gradual": "cyan",
     "as expected": "green",
     "differs": "yellow",
+    "before formation": "cyan",  # F8's orders
+    "with formation": "cyan",
+    "after formation": "cyan",
+    "cannot be ordered on this grid": "dim",
 }
 
 
