@@ -102,6 +102,18 @@ def test_not_measurable_cases(formed, necessary, circuit, why):
     assert status == "not measurable" and why in statement, statement
 
 
+def test_a_shortfall_of_the_matched_draws_is_said():
+    heads = planted_heads(formed=3)
+    ablations = planted_ablations(heads, {1: False, 2: True, 5: True}).assign(shortfall=0)
+    ablations.loc[(ablations.condition == "random") & (ablations.revision == "step4"), "shortfall"] = 2
+    status, statement, numbers = f8(heads, ablations)
+    assert status == "before formation" and numbers["shortfall"] == [0, 2, 0]
+    assert statement.endswith(
+        "the matched-random draws lack up to 2 head(s) (the circuit fills its layers), which favours necessary"
+    )
+    assert "lack" not in f8(heads, ablations.assign(shortfall=0))[1]
+
+
 def test_an_expected_order_is_compared():
     heads = planted_heads(formed=3)
     ablations = planted_ablations(heads, {1: False, 2: True, 5: True})

@@ -503,9 +503,10 @@ def demo(
         "plain demo's time (e.g. --seeds 3).",
     ),
     causal: bool = typer.Option(
-        True,
-        help="F8, causal emergence: keep the checkpoints of log:8 and ablate the final induction circuit at "
-        "each (docs/organism.md gives its cost).",
+        False,
+        "--causal",
+        help="Also F8, causal emergence: keep 8 log-spaced checkpoints and ablate the final induction circuit "
+        "at each (about 1 minute more; docs/organism.md).",
     ),
 ) -> None:
     """Watch circuits form, offline: train the organism, screening it as it trains; ablate the final

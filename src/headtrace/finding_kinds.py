@@ -566,10 +566,13 @@ class CausalEmergence(FindingKind):
         rows = panel.ablations
         if rows is None or not len(rows):
             return pd.DataFrame(columns=["revision"])
-        rows = rows.loc[(rows["circuit"] == self.circuit) & (rows["condition"] == "circuit")]
-        rows = rows.loc[rows["revision"].isin(panel.names)].drop_duplicates("revision")
+        rows = rows.loc[rows["circuit"] == self.circuit]
+        short = rows.groupby("revision")["shortfall"].max() if "shortfall" in rows else pd.Series(dtype=float)
+        rows = rows.loc[(rows["condition"] == "circuit") & rows["revision"].isin(panel.names)]
+        rows = rows.drop_duplicates("revision")
         index = {name: i for i, name in enumerate(panel.names)}
-        return rows.assign(index=rows["revision"].map(index)).sort_values("index").reset_index(drop=True)
+        rows = rows.assign(index=rows["revision"].map(index), shortfall=rows["revision"].map(short).fillna(0))
+        return rows.sort_values("index").reset_index(drop=True)
 
     def compute(self, panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
         rows = self.ablated(panel)
@@ -593,6 +596,7 @@ class CausalEmergence(FindingKind):
             "differential": [float(v) for v in rows["differential"]],
             "differential_low": [float(v) for v in rows["differential_low"]],
             "differential_high": [float(v) for v in rows["differential_high"]],
+            "shortfall": [int(v) for v in rows["shortfall"]],
         }
         stale = sorted({str(h) for h in rows["circuit_heads"]} - {",".join(head_id(l, h) for l, h in current)})
         if stale:
@@ -636,6 +640,11 @@ class CausalEmergence(FindingKind):
             f"ablated; {spec[0]} first at {formation.text(panel)}: the brackets overlap, so the two "
             f"{UNORDERED}"
         )
+        if max(numbers["shortfall"]):
+            statement += (
+                f"; the matched-random draws lack up to {max(numbers['shortfall'])} head(s) (the circuit fills "
+                "its layers), which favours necessary"
+            )
         return self.finding(verdict, statement, numbers, config)
 
     def across_seeds(self, per: Mapping[int, SeedFinding], config: TrajectoryConfig) -> tuple[dict, list[str]]:

@@ -1,6 +1,6 @@
 """`headtrace demo`: train the default organism, screening it as it trains; ablate the final
-checkpoint as a panel, compute the findings and write the report (`run_demo`). With `causal` (the
-default), the trainer also keeps the checkpoints of F8's subset (config.causal_steps) and the panel
+checkpoint as a panel, compute the findings and write the report (`run_demo`). With `causal`
+(`headtrace demo --causal`), the trainer also keeps the checkpoints of F8's subset (config.causal_steps) and the panel
 ablates the final induction circuit at each of them (`final:induction`, F8). Everything is local
 and offline; a second run reuses what is done (the organism when its settings match, shards when
 the screen config matches).
@@ -242,7 +242,7 @@ def run_demo(
     n_examples: int = 256,
     seed: int = 0,
     seeds: int | None = None,
-    causal: bool = True,
+    causal: bool = False,
 ) -> DemoOutcome:
     """The demo, end to end, into OUT (module docstring): each organism trained with a watcher that
     screens it at its checkpoint steps (only the final checkpoint is saved), then the panel of its

@@ -1116,7 +1116,8 @@ def causal_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         (
             f"Points (left axis): the differential of ablating {circuit} (the set's heads at the last revision, "
             "the same heads at each revision ablated), damage(circuit) - damage(matched-random), with its 95% "
-            "bootstrap interval; red: necessary (interval above 0). Line (right axis, log): the median "
+            "bootstrap interval, in each ablation's deciding metric (top-1, or the loss where the clean top-1 is "
+            "below 0.1: hover a point); red: necessary (interval above 0). Line (right axis, log): the median "
             "selectivity of those heads at every revision screened; dotted: the threshold. Red band: the bracket "
             "of the first necessary revision; blue band: the bracket of the induction milestone "
             f"(>= {c.timing_induction_count} heads at {c.thresholds.induction_threshold:g}x). x: revisions in "
