@@ -21,7 +21,7 @@ from headtrace.models import load_model, load_tokenizer
 from headtrace.organism import train
 from headtrace.organism.config import causal_steps, revision_name
 from headtrace.organism.demo import demo_screen, panel_toml
-from headtrace.panel import load_panel, run_panel
+from headtrace.panel import load_panel, plan, run_panel
 from headtrace.probes import build_probe
 from headtrace.schema import AblationConfig
 from headtrace.store import ResultsDir
@@ -43,6 +43,13 @@ def test_a_watched_training_keeps_the_subset_and_the_final_checkpoint(tmp_path):
     assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == [revision_name(s, 12) for s in keep]
     assert json.loads((folder / "organism.json").read_text())["kept"] == keep
     assert len(ResultsDir(tmp_path / "results").existing_runs()) == 6  # every scheduled step screened
+    # The demo's panel (--causal) ablates the final circuit at every checkpoint kept.
+    (tmp_path / "demo.toml").write_text(panel_toml("demo", SCREEN, {MODEL: "organisms/dense"}, 3, causal=True))
+    panel = load_panel(tmp_path / "demo.toml")
+    [stage] = panel.stages
+    assert stage.stage.config.circuit == "final:induction" and stage.stage.second_pass and stage.revisions == "all"
+    assert sorted(t.revision.name for t in plan(panel)) == [revision_name(s, 12) for s in keep]
+
     # The same subset is reused; another one trains again.
     assert train(folder, organism, watch=Watcher(tmp_path / "results", MODEL, SCREEN, revisions=None), keep=keep).reused
     other = train(folder, organism, watch=Watcher(tmp_path / "results", MODEL, SCREEN, revisions=None), keep=[1, 12])
