@@ -175,3 +175,15 @@ def test_the_second_pass_ablates_the_final_circuit_at_the_subset(organism, tmp_p
         said = capsys.readouterr().err
         assert code == 2 and message in " ".join(said.split()) and "Traceback" not in said, said
         assert len([line for line in said.splitlines() if line.startswith("error:")]) == 1
+
+    # The final circuit's heads are in the hash: when the last revision's set changes (rewritten here
+    # to another head of the same layer), the pass runs again without screening again.
+    last = ResultsDir(results).heads_path(MODEL, revisions[-1])
+    stored = pd.read_parquet(last)
+    other = stored.index[(stored.layer == head[0]) & (stored["head"] != head[1])][0]
+    stored["induction_circuit"] = stored.index == other
+    stored.to_parquet(last)
+    redo = run_panel(panel, results)
+    assert len(redo.stages["ablation"].done) == 3 and not redo.computed and not redo.recomputed
+    moved = f"L{head[0]}H{int(stored.loc[other, 'head'])}"
+    assert set(ResultsDir(results).read_ablations().circuit_heads) >= {moved}
