@@ -50,6 +50,12 @@ SUBSTITUTIONS = [
         "the hub server's tiny random models have no induction circuit: name two heads",
     ),
     (
+        "docs/commands.md",
+        r"induction_threshold = 50\.0",
+        "induction_threshold = 0.0",
+        "the hub server's tiny random models have no induction head at 50x: at 0x every head is in the final set",
+    ),
+    (
         "docs/organism.md",
         r"TrainConfig\(steps=2000\)",
         "TrainConfig(steps=40, batch_size=4, n_checkpoints=3, checkpoint_every=None, checkpoint_loss_drop=None)",

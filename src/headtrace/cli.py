@@ -402,7 +402,7 @@ def screen(
         console.print(f"results written to {out}/", highlight=False, markup=False)
 
 
-def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watch=None):
+def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watch=None, keep=()):
     """Train one organism with a progress bar; Ctrl-C keeps the finished checkpoints and says so.
     With `watch` (a headtrace.watch.Watcher), its checkpoint steps are screened as it trains.
 
@@ -433,7 +433,7 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
             bar.update(task, completed=step, loss=f"{loss:.3f}")
 
         try:
-            result = train(out, organism, on_step=on_step, watch=watch)
+            result = train(out, organism, on_step=on_step, watch=watch, keep=keep)
         except KeyboardInterrupt:
             bar.stop()
             listed = out / REVISIONS_FILE
@@ -509,6 +509,12 @@ def demo(
         "one seed family and report each finding across seeds; about N times the "
         "plain demo's time (e.g. --seeds 3).",
     ),
+    causal: bool = typer.Option(
+        False,
+        "--causal",
+        help="Also F8, causal emergence: keep 8 log-spaced checkpoints and ablate the final induction circuit "
+        "at each (about 1 minute more; docs/organism.md).",
+    ),
 ) -> None:
     """Watch circuits form, offline: train the organism, screening it as it trains; ablate the final
     checkpoint, write the report."""
@@ -518,14 +524,22 @@ def demo(
 
     started = time.perf_counter()
 
-    def train(organism, folder: Path, model: str, watch=None):
-        return _train_with_progress(organism, folder, model, threads, watch=watch)
+    def train(organism, folder: Path, model: str, watch=None, keep=()):
+        return _train_with_progress(organism, folder, model, threads, watch=watch, keep=keep)
 
     def run_panel_file(panel: Path, results: Path) -> None:
         _run_panel_file(panel, results, threads=threads)
 
     outcome = run_demo(
-        out, train, run_panel_file, compare=compare, steps=steps, n_examples=n_examples, seed=seed, seeds=seeds
+        out,
+        train,
+        run_panel_file,
+        compare=compare,
+        steps=steps,
+        n_examples=n_examples,
+        seed=seed,
+        seeds=seeds,
+        causal=causal,
     )
     paths = outcome.paths
     if seeds is None:
@@ -646,7 +660,8 @@ def ablate(
     circuit: str = typer.Option(
         ...,
         help="induction, previous-token (best class previous-token, >= 100x), "
-        "previous-token-any (>= 100x), sink (the screen's all-head sets); pr-top:K (the K "
+        "previous-token-any (>= 100x), sink (the screen's all-head sets); final:<set> (that set "
+        "at the model's last revision screened in --out: F8, causal emergence); pr-top:K (the K "
         "heads of highest time-integrated PR over the revisions in --out); or heads like "
         "L2H11,L4H12.",
     ),
@@ -678,8 +693,9 @@ def ablate(
     """Ablate a circuit against matched-random heads: is the circuit necessary?"""
     from headtrace.ablation import AblationConfig, ablate_checkpoint
     from headtrace.models import preflight
+    from headtrace.schema import parse_circuit
     from headtrace.sources import checkpoint_location
-    from headtrace.store import check_writable
+    from headtrace.store import ResultsDir, check_writable
 
     _quiet_transformers()
     ablation = AblationConfig(
@@ -693,13 +709,21 @@ def ablate(
         metric=metric,
     )
     ablation.validate()
+    name = name or _default_name(model)
+    spec = parse_circuit(circuit)
+    if spec.final:  # the final circuit comes from --out: read it before any model loads
+        if out is None:
+            raise HeadtraceError(
+                f"--circuit {circuit} takes the set at {name}'s last revision screened in a results folder: "
+                "pass --out DIR"
+            )
+        ResultsDir(out).final_circuit(name, spec.head_set)
     location, hub_revision, _ = checkpoint_location(model, revision)
     cache = str(cache_dir) if cache_dir else None
     with console.status(f"checking {escape(model)}"):
         config, _ = preflight(location, config, hub_revision, trust_remote_code, cache, circuit=circuit)
     if out:
         check_writable(out)
-    name = name or _default_name(model)
     with (
         on_interrupt("nothing was written", again="run it again"),
         progress_bars(f"screen {name}", "ablate", waiting=f"load {_label(name, revision)}") as (screening, ablating),
@@ -735,6 +759,10 @@ STATUS_STYLE = {
     "gradual": "cyan",
     "as expected": "green",
     "differs": "yellow",
+    "before formation": "cyan",  # F8's orders
+    "with formation": "cyan",
+    "after formation": "cyan",
+    "cannot be ordered on this grid": "dim",
 }
 
 

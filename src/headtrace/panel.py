@@ -20,7 +20,8 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     # seeds = [1, 2, 3]                  # a seed family: {seed} in id (and path) names each member;
     # seed0 = "EleutherAI/pythia-160m"   # ... seed0 the hub id of seed 0; family = "name"; organisms:
     # train = true                       # ... train = true trains those missing, organism = { steps = 600 }
-    [ablation]                           # optional: a stage (stages.py): circuit, draws, mode, revisions
+    [ablation]                           # optional: a stage (stages.py): circuit, draws, mode, revisions;
+                                         # circuit = "final:induction": F8's second pass (below)
     [download]                           # optional: attempts, backoff_s, max_backoff_s (RetryPolicy)
     [run]                                # optional: max_workers (weight files of a revision downloaded
                                          # side by side; default 4)
@@ -33,6 +34,13 @@ already stored with the same config is kept, so a re-run resumes. A lock file st
 from sharing a directory. Planning is torch-free: the model code loads when a task runs. A seed
 family's entry expands into one model per seed, whose shards carry `family` and `seed` columns
 (families.py).
+
+A stage with `second_pass` (the ablation of a `final:<set>` circuit, F8) runs after every screen:
+the set is read at each model's last revision, then ablated at the section's revisions (`log:8`
+unless it says). Its checkpoints are fetched again with the same executor and disk bound as the
+first pass (at most two revisions on disk with the local executor): local and organism folders are
+read in place, hub revisions come from the cache when `keep_checkpoints` kept them, else they
+download again.
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ from headtrace.families import Gap, check_new_members, expand, groups, manifest_
 from headtrace.finding_kinds import check_expectations
 from headtrace.organism.config import ORGANISM_FILE, Organism
 from headtrace.schema import DTYPES, FLAT_TYPES, ScreenConfig
-from headtrace.revisions import NameMap, selection_notes, training_key
+from headtrace.revisions import NameMap, log_count, log_selection, selection_notes, training_key
 from headtrace.series import Series, list_series
 from headtrace.sources import SOURCES, CheckpointSource, HubSource, RetryPolicy
 from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
@@ -111,7 +119,7 @@ class ModelSpec:
 @dataclass(frozen=True)
 class StagePlan:
     """A stage's section (e.g. `[ablation]`): the stage with its settings, and the revisions it
-    runs on: final (each model's last), all, or a list of names."""
+    runs on: final (each model's last), all, log:N (log-spaced over each model's), or a list of names."""
 
     stage: Stage
     revisions: str | tuple[str, ...] = "final"
@@ -368,11 +376,13 @@ def _stage_plan(check: _Checker, name: str, values) -> StagePlan:
     """A stage's section: its settings (checked as the stage declares them) and its revisions."""
     kind = STAGES.get(name)
     values = check.table(values, {**kind.section_keys(), "revisions": "revisions"}, name)
-    revisions = values.pop("revisions", kind.default_revisions)
+    revisions = values.pop("revisions", None)
     if isinstance(revisions, str) and revisions not in ("final", "all"):
-        raise check.fail(name, "revisions", "revisions must be 'final', 'all' or a list of names")
+        if not log_count(revisions):
+            raise check.fail(name, "revisions", "revisions must be 'final', 'all', 'log:N' or a list of names")
     try:
-        return StagePlan(kind.from_section(values), revisions)
+        stage = kind.from_section(values)
+        return StagePlan(stage, stage.revisions_default if revisions is None else revisions)
     except SettingError as exc:
         raise check.fail(name, exc.key, str(exc)) from None
     except (HeadtraceError, TypeError, ValueError) as exc:
@@ -686,7 +696,8 @@ def run_panel(
                     tally.kept.append(task.shard)
                 else:
                     tally.todo.append(task.shard)
-                    names.append(name)
+                    if not stage_plan.stage.second_pass:
+                        names.append(name)
             if names:
                 todo.append(
                     dataclasses.replace(task, stages=tuple(names), weights_warning=weights.warnings.get(task.shard))
@@ -715,7 +726,9 @@ def run_panel(
             copy_from(shard)
         options = ExecutionOptions(prefetch=prefetch, ray=ray)
         extra = functools.partial(_weights_entries, result, tasks)
-        for outcome in _execute(todo, panel, out, executor, keep_checkpoints, options, reporter):
+
+        def take(outcome: TaskResult, first_pass: bool) -> None:
+            nonlocal runs
             if outcome.error:
                 result.failed[outcome.task.label] = outcome.error
             elif outcome.run is not None:
@@ -724,9 +737,9 @@ def run_panel(
                 same = identical_weights(runs).get(outcome.task.shard)
                 if same:
                     reporter.warn(f"{outcome.task.label} has the same weight files as {same}")
-            if not outcome.error:
+            if first_pass and not outcome.error:
                 copy_from(outcome.task.shard)
-            else:
+            elif first_pass:
                 for task in [t for t in pending_copies if weights.copies[t.shard] == outcome.task.shard]:
                     result.failed[task.label] = f"its weights equal {outcome.task.label}, which failed"
             for name in outcome.stages:
@@ -736,8 +749,18 @@ def run_panel(
                 reporter.warn(f"{outcome.task.label}: {name} not run: {error}")
             _write_manifest(results, panel, runs, result.failed, missing, extra())
             if outcome.fatal:
-                result.stopped_by = f"{outcome.task.label}: {outcome.error}"
+                result.stopped_by = f"{outcome.task.label}: {outcome.error or '; '.join(outcome.stage_errors.values())}"
+
+        for outcome in _execute(todo, panel, out, executor, keep_checkpoints, options, reporter):
+            take(outcome, first_pass=True)
+            if result.stopped_by:
                 break
+        if not result.stopped_by:  # second pass: stages that need every screen (a final circuit, F8)
+            later = _second_pass(panel, tasks, targets, result, results)
+            for outcome in _execute(later, panel, out, executor, keep_checkpoints, options, reporter):
+                take(outcome, first_pass=False)
+                if result.stopped_by:
+                    break
         if result.stopped_by is None:
             result.suspects = _neighbour_check(results, runs, tasks)
             for suspect in result.suspects:
@@ -807,10 +830,43 @@ def _neighbour_check(results: ResultsDir, runs: pd.DataFrame, tasks: Sequence[Ta
     return neighbour_suspects(pd.concat(heads, ignore_index=True), mine.reset_index(drop=True))
 
 
+def _second_pass(
+    panel: Panel, tasks: list[Task], targets: dict[str, set[str]], result: RunOutcome, results: ResultsDir
+) -> list[Task]:
+    """The tasks of the second-pass stages, decided now that every screen is stored: a target whose
+    result is stored under the final circuit as it is now is kept, the others run (each tally is
+    redone, since the final circuit may have changed in the first pass)."""
+    later: dict[str, list[str]] = {}
+    by_shard = {t.shard: t for t in tasks}
+    for stage_plan in panel.stages:
+        stage = stage_plan.stage
+        if not stage.second_pass:
+            continue
+        tally = result.stages[stage.name] = StageTally()
+        for task in tasks:
+            if task.shard not in targets[stage.name] or task.label in result.failed:
+                continue
+            config = panel.screen_for(task.source.name)
+            if stage.done(results, task.source.name, task.revision.name, config):
+                tally.kept.append(task.shard)
+            else:
+                tally.todo.append(task.shard)
+                later.setdefault(task.shard, []).append(stage.name)
+    return [dataclasses.replace(by_shard[shard], stages=tuple(names)) for shard, names in later.items()]
+
+
 def stage_targets(panel: Panel, spec: StagePlan, tasks: list[Task]) -> set[str]:
-    """Shards a stage runs on: each model's last planned revision (final), every one (all), or the named ones."""
+    """Shards a stage runs on: each model's last planned revision (final), every one (all), N
+    log-spaced ones of each model (log:N, by tokens as revisions.log_spaced spaces them), or the named ones."""
     if spec.revisions == "all":
         return {t.shard for t in tasks}
+    if isinstance(spec.revisions, str) and log_count(spec.revisions):
+        chosen = set()
+        for model in dict.fromkeys(t.source.name for t in tasks):
+            mine = {t.revision: t for t in tasks if t.source.name == model}
+            picked = log_selection(list(mine), log_count(spec.revisions))
+            chosen |= {mine[r].shard for r in picked}
+        return chosen
     if spec.revisions == "final":  # most tokens; where tokens are unknown, the last one listed
         final: dict[str, Task] = {}
         for task in tasks:

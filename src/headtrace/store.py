@@ -44,7 +44,7 @@ from packaging.version import InvalidVersion, Version
 from headtrace import __version__
 from headtrace.errors import DiskFull, HeadtraceError, ResultsNotWritable
 from headtrace.revisions import parse_revision
-from headtrace.schema import SCHEMA_VERSION
+from headtrace.schema import SCHEMA_VERSION, heads_in_set
 
 HEADS = "heads"
 RUNS = "runs"
@@ -340,6 +340,30 @@ class ResultsDir:
         if str(read_table(run, ["config_hash"]).config_hash.iloc[0]) != config_hash:
             return None
         return read_table(heads)
+
+    def last_revision(self, model: str) -> str | None:
+        """The last (training order) screened revision of `model` here, None when there is none."""
+        runs = self.existing_runs()
+        if "model" not in runs or not (runs["model"] == model).any():
+            return None
+        return str(training_order(runs.loc[runs["model"] == model])["revision"].iloc[-1])
+
+    def final_circuit(self, model: str, head_set: str) -> tuple[tuple[tuple[int, int], ...], str]:
+        """A head set's heads (schema.HEAD_SETS) at `model`'s last screened revision here, and that
+        revision: the circuit of final:<set> (F8). One-line errors when there is none."""
+        last = self.last_revision(model)
+        if last is None:
+            raise HeadtraceError(
+                f"final:{head_set}: '{self.root}' holds no screened revision of {model}; screen its revisions "
+                "there first (headtrace run, or headtrace screen --out)"
+            )
+        circuit = heads_in_set(read_table(self.heads_path(model, last)), head_set)
+        if not circuit:
+            raise HeadtraceError(
+                f"final:{head_set}: the {head_set} set of {model} at its last revision in '{self.root}' ({last}) "
+                "is empty: nothing to ablate"
+            )
+        return circuit, last
 
     def stored_screen_hash(self, model: str, revision: str | None) -> str | None:
         """The screen config hash of the shard stored for (model, revision), else None."""

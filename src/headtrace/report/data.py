@@ -80,7 +80,8 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
     out = Path(results_dir)
     results = ResultsDir(out)
     heads, runs = results.read()
-    panels = model_trajectories(heads, runs, config)
+    ablations = results.read_ablations()
+    panels = model_trajectories(heads, runs, config, ablations)
     revisions = pd.concat([p.revisions for p in panels], ignore_index=True)
     gaps = read_gaps(out)
     table = findings_table(out, heads, runs, config, gaps)
@@ -94,7 +95,7 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
         revisions=revisions,
         milestones=milestones(revisions, config),
         findings=table,
-        ablations=results.read_ablations(),
+        ablations=ablations,
         unfinished=results.unfinished_shards(),
         families=members(runs),
         gaps=gaps,
@@ -209,7 +210,8 @@ def timeline(data: ReportData) -> pd.DataFrame:
 
 def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
     """One row per ablation (model, revision, circuit, mode): the deciding metric under each
-    condition, the matched-random seeds' mean and 2.5-97.5 percentile range, and the stored
+    condition (clean_value, circuit_value, layers_value), the matched-random seeds' mean and
+    2.5-97.5 percentile range, and the stored
     differential with its interval and verdict (the matched-random summary is the CLI's too:
     schema.random_draws_summary)."""
     keys = ["model", "revision", "circuit", "mode"]
@@ -223,7 +225,9 @@ def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
         }
         seeds = values["random"]
         mean, low, high = random_draws_summary(seeds)
-        once = {kind: values[kind][0] if len(values[kind]) else np.nan for kind in ("clean", "circuit", "layers")}
+        once = {  # the metric under each single condition; not named after the condition, so `circuit` stays its name
+            f"{kind}_value": values[kind][0] if len(values[kind]) else np.nan for kind in ("clean", "circuit", "layers")
+        }
         rows.append(
             {
                 **dict(zip(keys, key)),

@@ -45,6 +45,7 @@ from headtrace.report.data import (
     timeline,
     trajectory_heads,
 )
+from headtrace.finding_kinds import SELECTIVITY_OF_SET
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.registry import Registry
 from headtrace.store import slug
@@ -916,7 +917,7 @@ def ablations_plot(data: ReportData) -> Plot:
     axes = fig.subplots(len(summary), 2, squeeze=False, width_ratios=[2.2, 1])
     for (left, right), r in zip(axes, summary.itertuples()):
         names = ["clean", "circuit", "random", "layers"]
-        values = [r.clean, r.circuit, r.random_mean, r.layers]
+        values = [r.clean_value, r.circuit_value, r.random_mean, r.layers_value]
         colors = ["k", "C3", "C0", "0.5"]
         seeds = np.asarray(r.random_seeds, dtype=float)
         left.scatter(seeds, np.full(len(seeds), 2.0) + np.linspace(-0.18, 0.18, len(seeds)), color="0.6", s=6)
@@ -1133,6 +1134,88 @@ def onset_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
 
 
 # --------------------------------------------------------------------------------------------
+# F8: causal emergence.
+
+
+def causal_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
+    """F8: the final circuit's ablation differential and its interval over the revisions ablated,
+    against the circuit's selectivity at every revision screened."""
+    c = data.config
+    row, numbers = finding(data, panel.name, "F8")
+    circuit = numbers.get("circuit", "final:induction")
+    plot = Plot(
+        f"causal-{slug(panel.name)}",
+        f"{panel.name}: when the final circuit becomes necessary (F8)",
+        (
+            f"Points (left axis): the differential of ablating {circuit} (the set's heads at the last revision, "
+            "the same heads at each revision ablated), damage(circuit) - damage(matched-random), with its 95% "
+            "bootstrap interval, in each ablation's deciding metric (top-1, or the loss where the clean top-1 is "
+            "below 0.1: hover a point); red: necessary (interval above 0). Line (right axis, log): the median "
+            "selectivity of those heads at every revision screened; dotted: the threshold. Red band: the bracket "
+            "of the first necessary revision; blue band: the bracket of the induction milestone "
+            f"(>= {c.timing_induction_count} heads at {c.thresholds.induction_threshold:g}x). x: revisions in "
+            f"training order. F8 {row.status}: {row.statement}."
+        ),
+    )
+    if not numbers.get("revisions"):
+        plot.note = row.statement
+        return plot
+    n = len(panel.names)
+    fig = _figure(6.4, 2.9)
+    ax = fig.add_subplot()
+    for key, color in (("necessary", "C3"), ("formed", "C0")):
+        bracket = numbers.get(key)
+        if bracket:
+            ax.axvspan(bracket["previous_index"] + 0.02, bracket["index"], color=color, alpha=0.12, lw=0)
+    x = np.asarray(numbers["index"], dtype=float)
+    point = np.asarray(numbers["differential"], dtype=float)
+    low, high = np.asarray(numbers["differential_low"]), np.asarray(numbers["differential_high"])
+    necessary = np.array([v == "necessary" for v in numbers["verdicts"]])
+    for chosen, color in ((necessary, "C3"), (~necessary, "0.4")):
+        if chosen.any():
+            ax.errorbar(
+                x[chosen],
+                point[chosen],
+                yerr=[point[chosen] - low[chosen], high[chosen] - point[chosen]],
+                fmt="o",
+                color=color,
+                capsize=3,
+                ms=4,
+                zorder=3,
+            )
+    points = ax.scatter(x, point, s=0.01, zorder=4)
+    plot.tip(
+        points,
+        [
+            f"{revision}: differential {d:+.3g} [{lo:+.3g}, {hi:+.3g}] ({metric}), {verdict}"
+            for revision, d, lo, hi, metric, verdict in zip(
+                numbers["revisions"], point, low, high, numbers["decided_by"], numbers["verdicts"]
+            )
+        ],
+    )
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_ylabel("differential (circuit - random)")
+    column = SELECTIVITY_OF_SET.get(circuit.removeprefix("final:"))
+    heads = [h for h in numbers.get("circuit_heads", []) if column]
+    if heads:
+        wide = panel.wide(column).reindex(columns=heads)
+        twin = ax.twinx()
+        median = wide.median(axis=1).clip(lower=1e-3).to_numpy(dtype=float)
+        twin.plot(np.arange(n), median, color="C1", lw=1.2)
+        twin.set_yscale("log")
+        twin.set_ylabel(f"median {column} of the circuit", color="C1")
+        if column == "sel_induction":
+            twin.axhline(c.thresholds.induction_threshold, color="C1", ls=":", lw=1)
+    step = max(1, math.ceil(n / 12))
+    ticks = list(range(0, n, step))
+    ax.set_xticks(ticks, [panel.names[i] for i in ticks], rotation=45, ha="right", fontsize=6.5)
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_xlabel("revision (training order)")
+    plot.figure = fig
+    return plot
+
+
+# --------------------------------------------------------------------------------------------
 # The registry of figures, in page order.
 
 
@@ -1165,6 +1248,7 @@ FIGURES.add("labels", FigureKind(labels_plot))
 FIGURES.add("induction", FigureKind(induction_plot))
 register_figure("F5", spectral_plot)
 register_figure("F4", recall_plot)
+register_figure("F8", causal_plot)
 
 
 def _drawn(data: ReportData, per: str) -> list[FigureKind]:
