@@ -69,6 +69,7 @@ class Candidate:
     p_topic: float = 0.0  # skip corpus: share of positions drawn from the sequence's own topic (topic_size random ids)
     topic_classes: int = 0  # skip corpus: the non-chain draws come from one class (id % topic_classes) per sequence
     switch: bool = False  # skip corpus: the p_bigram step uses next1 or next2 by the parity of x[i-2]
+    switch_lags: int = 1  # skip corpus, switch: the parity of x[i-2] + ... + x[i-1-switch_lags]
     # optimiser
     steps: int = 2000
     batch_size: int = 16
@@ -389,6 +390,68 @@ CANDIDATES: dict[str, dict] = {
         "batch_size": 32,
         "steps": 3000,
     },
+    # the chain at T = 128 (the reference baseline: induction ceiling 108x), two names, batch 16 (same tokens)
+    "chain80-6x6-t128": {
+        **U1024,
+        "corpus": "skip",
+        "p_bigram": 0.8,
+        "p_skip": 0.0,
+        "maps_are_permutations": True,
+        "names": 2,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 16,
+        "steps": 3000,
+    },
+    # chain80 whose chain step uses next1 or next2 by the parity of x[i-2]: a previous-token job for early layers
+    "switch80-6x6-rec4x3": {
+        **T64,
+        **U1024,
+        "corpus": "skip",
+        "p_bigram": 0.8,
+        "p_skip": 0.0,
+        "switch": True,
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 32,
+        "steps": 3000,
+    },
+    # the switch by the parity of x[i-2] + x[i-3] + x[i-4]: three previous-token jobs at every chain step
+    "switch3-80-6x6-rec4x3": {
+        **T64,
+        **U1024,
+        "corpus": "skip",
+        "p_bigram": 0.8,
+        "p_skip": 0.0,
+        "switch": True,
+        "switch_lags": 3,
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 32,
+        "steps": 3000,
+    },
+    # 50% chain, 30% skip successor of x[i-2] (previous-token heads pay), 20% noise
+    "skip80-6x6-rec4x3": {
+        **T64,
+        **U1024,
+        "corpus": "skip",
+        "p_bigram": 0.5,
+        "p_skip": 0.3,
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 32,
+        "steps": 3000,
+    },
     "par3x4-rec4x3": {
         **TOY3X4,
         **U1024,
@@ -568,8 +631,9 @@ class SkipGrammar:
             topical = (mode >= c.p_bigram + c.p_skip) & (mode < c.p_bigram + c.p_skip + c.p_topic)
             seq[topical] = rng.choice(topic, int(topical.sum()))
         for i in range(1, length):
-            if mode[i] < c.p_bigram and c.switch and i >= 2:
-                seq[i] = (self.next1 if seq[i - 2] % 2 == 0 else self.next2)[seq[i - 1]]
+            if mode[i] < c.p_bigram and c.switch and i >= 1 + c.switch_lags:
+                parity = int(seq[i - 1 - c.switch_lags : i - 1].sum()) % 2
+                seq[i] = (self.next1 if parity == 0 else self.next2)[seq[i - 1]]
             elif mode[i] < c.p_bigram:
                 seq[i] = self.next1[seq[i - 1]]
             elif mode[i] < c.p_bigram + c.p_skip and i >= 2:

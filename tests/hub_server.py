@@ -127,7 +127,9 @@ class Fault:
     kind: "status" (answer with `status`; the only kind that also hits HEAD and API requests),
     "drop" (send `after_bytes` of the body, then close the connection), "truncate" (a complete
     response whose body stops after `after_bytes`), "corrupt" (full length, bytes flipped),
-    "throttle" (send at `bytes_per_s`). `target` is an fnmatch pattern on the URL path."""
+    "throttle" (send each response at `bytes_per_s`, and all the responses it hits together at
+    `shared_bytes_per_s` when set: one link shared by parallel streams). `target` is an fnmatch
+    pattern on the URL path."""
 
     kind: str
     target: str = "*"
@@ -135,6 +137,7 @@ class Fault:
     status: int = 500
     after_bytes: int = 1024
     bytes_per_s: float = 0.0
+    shared_bytes_per_s: float = 0.0
     hits: int = field(default=0)
 
     def matches(self, method: str, path: str) -> bool:
@@ -153,6 +156,7 @@ class HubServer:
         self.faults: list[Fault] = []
         self.requests: list[dict] = []
         self._lock = threading.Lock()
+        self._link_free_at: dict[int, float] = {}  # per throttle fault: when its shared link is next free
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -181,6 +185,14 @@ class HubServer:
                     fault.hits += 1
                     return fault
         return None
+
+    def pace(self, fault: Fault, n: int) -> float:
+        """Book `n` bytes on a throttle's shared link; returns the time they have been sent by."""
+        now = time.monotonic()
+        with self._lock:
+            start = max(now, self._link_free_at.get(id(fault), now))
+            self._link_free_at[id(fault)] = start + n / fault.shared_bytes_per_s
+            return self._link_free_at[id(fault)]
 
     def log(self, **entry) -> None:
         with self._lock:
@@ -333,7 +345,7 @@ class _HubHandler(BaseHTTPRequestHandler):
             self._send(status, body[: fault.after_bytes], headers, content_length=len(body))
             self.close_connection = True
             return status
-        return self._send(status, body, headers, bytes_per_s=fault.bytes_per_s)
+        return self._send(status, body, headers, throttle=fault)
 
     # -- control ----------------------------------------------------------------------------
 
@@ -370,7 +382,7 @@ class _HubHandler(BaseHTTPRequestHandler):
         body: bytes,
         headers: dict,
         content_length: int | None = None,
-        bytes_per_s: float = 0.0,
+        throttle: Fault | None = None,
     ) -> int:
         self.send_response(status)
         for key, value in headers.items():
@@ -379,12 +391,18 @@ class _HubHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return status
-        chunk = max(int(bytes_per_s / 20), 1) if bytes_per_s else len(body) or 1
+        rates = [r for r in (throttle.bytes_per_s, throttle.shared_bytes_per_s) if r] if throttle else []
+        chunk = max(int(min(rates) / 20), 1) if rates else len(body) or 1
         try:
             for offset in range(0, len(body), chunk):
-                self.wfile.write(body[offset : offset + chunk])
-                if bytes_per_s:
-                    time.sleep(chunk / bytes_per_s)
+                started = time.monotonic()
+                piece = body[offset : offset + chunk]
+                self.wfile.write(piece)
+                done_by = started + len(piece) / throttle.bytes_per_s if rates and throttle.bytes_per_s else 0.0
+                if rates and throttle.shared_bytes_per_s:
+                    done_by = max(done_by, self.server_state.pace(throttle, len(piece)))
+                if done_by:
+                    time.sleep(max(done_by - time.monotonic(), 0.0))
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, HubServer, fake_repo
+from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, FakeRepo, HubServer, fake_repo
 from models_zoo import tiny_model
 
 PYTHIA = "EleutherAI/pythia-1b"
@@ -82,3 +84,41 @@ def local_panel(folder: Path, checkpoints: Path, revisions: list[str], name: str
         + extra
     )
     return path
+
+
+SERIES = "test/series"
+SERIES_BRANCHES = ["step0", "step1", "step2", "step3", "step4", "step5", "main"]
+
+
+def sharded(seed: int) -> dict[str, bytes]:
+    """A tiny GPT-NeoX saved in three weight shards (with its index), built once per seed."""
+    return _sharded(seed)
+
+
+@functools.cache
+def _sharded(seed: int) -> dict[str, bytes]:
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny_model("gpt_neox", seed).save_pretrained(tmp, max_shard_size="1MB")
+        return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
+
+
+def series_repo() -> FakeRepo:
+    """A sharded series with each kind of duplicate: step1 = step0 (identical), step3 holds the final
+    revision's first shard (shares files with step5), step4 = step5 (equal to the final); main is
+    step5's commit (an alias)."""
+
+    def mixed() -> dict[str, bytes]:
+        own, final = sharded(3), sharded(5)
+        first = min(n for n in own if n.endswith(".safetensors"))
+        return {**own, first: final[first]}
+
+    builders = {
+        "step0": lambda: sharded(0),
+        "step1": lambda: sharded(0),
+        "step2": lambda: sharded(2),
+        "step3": mixed,
+        "step4": lambda: sharded(5),
+        "step5": lambda: sharded(5),
+        "main": lambda: sharded(5),
+    }
+    return FakeRepo(SERIES, builders, same_commit={"main": "step5"})

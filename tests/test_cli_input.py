@@ -274,6 +274,7 @@ def test_analysis_commands_and_usage_errors_import_neither_torch_nor_transformer
         ["results", imported],
         ["findings", imported],
         ["report", imported, "--out", tmp_path / "report"],
+        ["show", imported, "L4H4"],
         ["import-reference", REFERENCE / "screen_step1.json", "--out", tmp_path / "imported"],
         ["screen", "--no-such-option"],
         ["--version"],

@@ -97,9 +97,9 @@ def test_only_the_previous_token_head_matters_to_the_induction_head():
     assert table.set_index("sender").loc[previous, "sender_previous"]
 
 
-def test_f8_brackets_the_link_and_the_report_draws_it(tmp_path):
+def test_f9_brackets_the_link_and_the_report_draws_it(tmp_path):
     """Two revisions of the hand-built model: without the induction head's keys (no induction head),
-    then whole. F8 names the link between them; the report draws the matrix and the DLA."""
+    then whole. F9 names the link between them; the report draws the matrix and the DLA."""
     from headtrace.findings import write_findings
     from headtrace.report import build_report
     from headtrace.screen import screen
@@ -120,7 +120,7 @@ def test_f8_brackets_the_link_and_the_report_draws_it(tmp_path):
         if len(table):
             results.write_table(COMPOSITION, table)
     findings = write_findings(tmp_path).set_index("finding")
-    row = findings.loc["F8"]
+    row = findings.loc["F9"]
     numbers = json.loads(row.numbers)
     assert row.status == "holds" and (numbers["previous_revision"], numbers["revision"]) == ("step1", "step2")
     assert numbers["strongest_pair"] == [None, "L0H0 -> L1H0"]

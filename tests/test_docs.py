@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_server import PYTHIA_BRANCHES, HubServer, fake_repo
+from hub_server import OLMO_BRANCHES, PYTHIA_BRANCHES, HubServer, fake_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -48,6 +48,12 @@ SUBSTITUTIONS = [
         r"--circuit induction",
         "--circuit L1H0,L1H1",
         "the hub server's tiny random models have no induction circuit: name two heads",
+    ),
+    (
+        "docs/commands.md",
+        r"induction_threshold = 50\.0",
+        "induction_threshold = 0.0",
+        "the hub server's tiny random models have no induction head at 50x: at 0x every head is in the final set",
     ),
     (
         "docs/organism.md",
@@ -121,10 +127,11 @@ def test_every_block_names_its_language_and_only_shell_blocks_are_left_out():
 
 @pytest.fixture(scope="module")
 def docs_hub():
-    """The hub ids the documents name, each a tiny random GPT-NeoX on Pythia's branches."""
-    with HubServer(
-        [fake_repo(name, "gpt_neox", PYTHIA_BRANCHES) for name in ("EleutherAI/pythia-160m", "EleutherAI/pythia-1b")]
-    ) as server:
+    """The hub ids the documents name: tiny random GPT-NeoX on Pythia's branches, OLMo on OLMo's."""
+    repos = [
+        fake_repo(name, "gpt_neox", PYTHIA_BRANCHES) for name in ("EleutherAI/pythia-160m", "EleutherAI/pythia-1b")
+    ]
+    with HubServer([*repos, fake_repo("allenai/OLMo-1B-0724-hf", "olmo", OLMO_BRANCHES)]) as server:
         yield server
 
 

@@ -324,7 +324,7 @@ def test_every_finding_across_seeds_equals_a_plain_recomputation_from_the_per_se
     table = pd.read_parquet(planted / "findings.parquet")
     assert list(table.columns[:3]) == ["model", "family", "seed"]
     per_seed = table.loc[table.family.eq(FAMILY) & table.model.notna()]
-    assert sorted(per_seed.seed.unique()) == [0, 1, 2, 3] and len(per_seed) == 4 * 8  # F1-F8
+    assert sorted(per_seed.seed.unique()) == [0, 1, 2, 3] and len(per_seed) == 4 * 9  # F1-F9
     for code in ("F1", "F2", "F3", "F4", "F5", "F6", "F7"):
         rows = per_seed.loc[per_seed.finding == code].sort_values("seed")
         numbers = [json.loads(n) for n in rows.numbers]
@@ -503,7 +503,7 @@ def test_a_family_of_organisms_is_trained_and_screened_end_to_end(tmp_path):
     )
     assert set(runs.config_hash) == {single.screen.config_hash}  # families leave the config hash alone
     table = write_findings(tmp_path / "results")
-    assert len(table) == 3 * 8 + 10 and table.model.isna().sum() == 10
+    assert len(table) == 3 * 9 + 11 and table.model.isna().sum() == 11
     assert set(table.loc[table.model.isna(), "finding"]) == {
         "F1",
         "F2",
@@ -513,6 +513,7 @@ def test_a_family_of_organisms_is_trained_and_screened_end_to_end(tmp_path):
         "F6",
         "F7",
         "F8",
+        "F9",
         "circuit",
         "milestones",
     }
@@ -585,7 +586,7 @@ def test_a_member_lacking_a_revision_is_reported_and_left_out(tmp_path, monkeypa
     assert manifest["families"] == {POLY: {"0": POLY, "1": f"{POLY}-seed1", "2": f"{POLY}-seed2"}}
     table = write_findings(tmp_path / "out")
     across = table.loc[table.model.isna()]
-    assert len(across) == 10 and across.statement.str.contains("seed 2 lacks step8").all()
+    assert len(across) == 11 and across.statement.str.contains("seed 2 lacks step8").all()
 
 
 def test_the_shipped_polypythia_panel_is_ten_seeds_with_the_study_settings():

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PLAN = """
 import sys
 import headtrace.executors, headtrace.panel, headtrace.reference, headtrace.report, headtrace.schema
-import headtrace.stages, headtrace.store, headtrace.trajectory
+import headtrace.stages, headtrace.store, headtrace.trajectory, headtrace.headview
 import headtrace.families, headtrace.family_findings, headtrace.findings, headtrace.organism, headtrace.watch
 from headtrace.organism import Organism, TrainConfig, checkpoint_steps
 from headtrace.panel import load_panel, plan

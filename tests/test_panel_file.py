@@ -116,6 +116,18 @@ def test_ablation_section_is_validated_and_stored(tmp_path):
         load_panel(write(tmp_path, GOOD + '[ablation]\nseeds = 3\nmode = "ones"\n'))
 
 
+def test_a_final_circuit_is_a_second_pass_on_log_8_unless_the_section_says(tmp_path):
+    final = AblationStage(AblationConfig(circuit="final:induction"))
+    panel = load_panel(write(tmp_path, GOOD + '[ablation]\ncircuit = "final:induction"\n'))
+    assert panel.stages == (StagePlan(final, "log:8"),) and final.second_pass and not AblationStage().second_pass
+    chosen = load_panel(write(tmp_path, GOOD + '[ablation]\ncircuit = "final:induction"\nrevisions = "log:3"\n'))
+    assert chosen.stages == (StagePlan(final, "log:3"),)
+    with pytest.raises(HeadtraceError, match=r"p\.toml:13: final:bogus: final:<set> takes one of the screen's head"):
+        load_panel(write(tmp_path, GOOD + '[ablation]\nseeds = 3\ncircuit = "final:bogus"\n'))
+    with pytest.raises(HeadtraceError, match=r"p\.toml:12: revisions must be 'final', 'all', 'log:N' or a list"):
+        load_panel(write(tmp_path, GOOD + '[ablation]\nrevisions = "log:0"\n'))
+
+
 def test_local_paths_are_relative_to_the_panel_file(tmp_path):
     panel = load_panel(
         write(tmp_path, '[[models]]\nid = "org"\nsource = "organism"\npath = "runs/a"\nrevisions = "all"\n')

@@ -163,7 +163,8 @@ def test_ablation_summary_against_the_rows():
     rows = ablation_rows(*ABLATED, seeds=7)
     summary = ablation_summary(rows).iloc[0]
     seeds = rows.loc[rows.condition == "random", "loss"].to_numpy()
-    assert summary.metric == "loss" and (summary.clean, summary.circuit, summary.layers) == (9.0, 9.4, 9.9)
+    assert summary.metric == "loss" and summary.circuit == rows.circuit.iloc[0]  # its name, not a number
+    assert (summary.clean_value, summary.circuit_value, summary.layers_value) == (9.0, 9.4, 9.9)
     assert summary.random_mean == pytest.approx(seeds.mean())
     assert (summary.random_low, summary.random_high) == pytest.approx(tuple(np.percentile(seeds, [2.5, 97.5])))
     assert list(summary.singles) == [9.2, 9.2] and summary.single_heads == ["L1H0", "L1H2"]

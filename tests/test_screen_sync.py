@@ -68,15 +68,18 @@ def loop_calls(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("route", ["logsumexp", "widened"])
-@pytest.mark.parametrize("arch", ["gpt_neox", "llama"])
-def test_loop_has_no_host_sync_nor_host_copy(arch, route, loop_calls):
+@pytest.mark.parametrize(
+    "arch, route, keep",
+    [(a, r, 0) for a in ("gpt_neox", "llama") for r in ("logsumexp", "widened")]
+    + [("llama", r, 3) for r in ("logsumexp", "widened")],  # kept patterns stay on the device until the pass ends
+)
+def test_loop_has_no_host_sync_nor_host_copy(arch, route, keep, loop_calls):
     probe = synthetic_induction(ProbeSpec(n_examples=10, seq_len=64))
     progress = []
     result = screen(
         ModelAdapter(tiny_model(arch)),
         probe,
-        ScreenConfig.of(batch_size=4),
+        ScreenConfig.of(batch_size=4, keep_patterns=keep),
         progress=lambda done, total: progress.append(done),
         route=route,
     )

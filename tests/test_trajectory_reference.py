@@ -291,7 +291,7 @@ def test_cli_import_and_findings(tmp_path, monkeypatch, capsys):
     ) in said and "warning" not in said
     assert run_cli(monkeypatch, "findings", str(out)) == 0
     table = pd.read_parquet(out / "findings.parquet")
-    assert list(table.finding) == ["F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8"]
+    assert list(table.finding) == ["F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "F9"]
     markdown = (out / "findings.md").read_text()
     assert "| EleutherAI/pythia-1b | F2 | shape | gradual | gradual:" in markdown
     assert "step38000 < t <= step143000" in markdown

@@ -340,7 +340,7 @@ def test_two_models_in_one_results_directory(tmp_path):
     table = write_findings(tmp_path)
     status = table.set_index(["model", "finding"])["status"]
     assert status["org/sharp", "F2"] == "sharp" and status["org/ramp", "F2"] == "gradual"
-    assert len(table) == 2 * 8 and (tmp_path / "findings.md").exists()  # F1-F8 per model
+    assert len(table) == 2 * 9 and (tmp_path / "findings.md").exists()  # F1-F9 per model
     assert pd.read_parquet(tmp_path / "findings.parquet").equals(table)
     revisions = revision_table(*read_results(tmp_path))
     assert list(revisions.loc[revisions.model == "org/ramp", "revision"]) == ["step1", "step2", "step4", "step8"]
@@ -377,7 +377,7 @@ def test_findings_on_real_screen_output(tmp_path):
         assert list(table[column]) == list(runs[screened])
     assert list(table.screen_gu_sink_fraction) == list(runs.gu_sink_fraction)
     assert list(table.top1) == list(runs.top1) and table.null_p99.notna().all()
-    assert list(write_findings(tmp_path).finding) == ["F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8"]
+    assert list(write_findings(tmp_path).finding) == ["F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "F9"]
 
 
 def test_tokens_read_the_same_in_findings_reports_and_the_command_line():

@@ -449,6 +449,8 @@ def test_watched_organism_screens_equal_panel_screens_of_its_checkpoints(watched
     pd.testing.assert_frame_equal(watched[0], screened[0], check_exact=True)
     same = ["model", "revision", "tokens", "top1", "top5", "loss", "n_induction_heads", "sink_fraction", "config_hash"]
     pd.testing.assert_frame_equal(watched[1][same], screened[1][same], check_exact=True)
+    for folder in ("results", "panel-results"):  # the demo's screen keeps patterns, watched or in a panel
+        assert len(list((tmp / folder / "patterns").glob("*.npz"))) == 4
 
 
 def test_the_demo_layout_saves_the_final_checkpoint_and_reuses_it(watched_organism, tmp_path):

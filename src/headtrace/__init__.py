@@ -10,11 +10,17 @@ import importlib
 __version__ = "0.1.0"
 
 # Loaded on first use, so that `import headtrace` loads neither torch nor transformers.
-_LAZY = {"Watcher": "headtrace.watch", "HeadtraceCallback": "headtrace.watch", "ScreenConfig": "headtrace.schema"}
-__all__ = ["HeadtraceCallback", "ScreenConfig", "Watcher", "__version__"]
+_LAZY = {
+    "Watcher": "headtrace.watch",
+    "HeadtraceCallback": "headtrace.watch",
+    "ScreenConfig": "headtrace.schema",
+    "open": "headtrace.headview",  # headtrace.open(DIR): a results folder for a notebook
+}
+_NAMES = {"open": "open_results"}
+__all__ = ["HeadtraceCallback", "ScreenConfig", "Watcher", "__version__", "open"]
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(importlib.import_module(_LAZY[name]), _NAMES.get(name, name))
     raise AttributeError(f"module 'headtrace' has no attribute {name!r}")

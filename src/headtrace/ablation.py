@@ -13,8 +13,10 @@ the whole probe (every example and position, measured in the clean pass). Condit
     single    each circuit head alone
 
 Circuits: the screen's all-head sets (`schema.HEAD_SETS`; previous-token is the reference's shipped circuit),
-`pr-top:K` (the K heads of highest time-integrated PR over the revisions stored in the results
-directory, as the study ranked them), or a head list.
+`final:<set>` (that set at the model's last revision screened in the results directory, the same
+heads at every revision ablated: F8, causal emergence), `pr-top:K` (the K heads of highest
+time-integrated PR over the revisions stored in the results directory, as the study ranked them),
+or a head list.
 
 Metrics per condition at the query (hooks.CapabilityAccumulator): top-1, top-5, loss, mean logit of
 the answer. The deciding metric is top-1 when the clean top-1 is at least `MIN_TOP1` (there is room
@@ -48,7 +50,7 @@ from headtrace.errors import HeadtraceError
 from headtrace.hooks import CapabilityAccumulator, head_output_hooks, micro_batches
 from headtrace.models import HeadLayout, LayerInput, ModelAdapter, head_id, load_model, load_tokenizer
 from headtrace.probes import Probe, build_probe
-from headtrace.schema import HEAD_SETS, AblationConfig, Head, ScreenConfig, check_heads_exist, parse_circuit
+from headtrace.schema import AblationConfig, Head, ScreenConfig, check_heads_exist, heads_in_set, parse_circuit
 from headtrace.screen import screen
 from headtrace.sources import checkpoint_location
 from headtrace.spectral import time_integrated_pr
@@ -97,8 +99,7 @@ def heads_text(heads) -> str:
 
 def circuit_from_screen(heads: pd.DataFrame, circuit: str) -> tuple[Head, ...]:
     """The heads of one of the screen's head sets (schema.HEAD_SETS) in a heads table."""
-    chosen = heads.loc[heads[HEAD_SETS[circuit]].astype(bool)]
-    return tuple(sorted((int(l), int(h)) for l, h in zip(chosen["layer"], chosen["head"])))
+    return heads_in_set(heads, circuit)
 
 
 def pr_ranking(heads: pd.DataFrame) -> pd.DataFrame:
@@ -145,6 +146,18 @@ def pr_top_circuit(out: str | Path | None, model: str, k: int) -> tuple[tuple[He
         tuple(sorted(zip(chosen["layer"], chosen["head"]))),
         f"time-integrated PR over {n_revisions} revisions in {out}",
     )
+
+
+def final_circuit(out: str | Path | None, model: str, head_set: str) -> tuple[tuple[Head, ...], str]:
+    """final:<head_set>: the set's heads at `model`'s last revision (training order) screened in
+    `out`, and where they came from (ResultsDir.final_circuit)."""
+    if out is None:
+        raise HeadtraceError(
+            f"final:{head_set} takes the circuit from {model}'s last revision screened in a results folder: "
+            "pass --out DIR"
+        )
+    heads, last = ResultsDir(out).final_circuit(model, head_set)
+    return heads, f"{head_set} at the last revision {last} in {out}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,6 +397,7 @@ def ablate(
             **{name: means[:, i] for i, name in enumerate(METRICS)},
         }
     )
+    final = parse_circuit(config.circuit).final
     table = table.assign(
         model=model_name,
         revision=revision or "",
@@ -402,7 +416,7 @@ def ablate(
         n_seeds=config.draws,
         n_bootstrap=config.n_bootstrap,
         screen_config_hash=screen_config.config_hash,
-        config_hash=config.config_hash(screen_config),
+        config_hash=config.config_hash(screen_config, circuit if final else None),
         config_json=json.dumps(config.to_dict(), sort_keys=True),
         headtrace_version=__version__,
     )
@@ -424,10 +438,15 @@ def resolve_circuit(
     out: str | Path | None = None,
     progress: Progress | None = None,
 ) -> tuple[tuple[Head, ...], str]:
-    """The circuit's heads and where they came from: a given list, a stored screen under `out`
+    """The circuit's heads and where they came from: a given list, the final circuit stored under `out`
+    (final:<set>), a stored screen under `out`
     (same model, revision and screen config), or a screen run now (stored under `out` if given)."""
     spec = parse_circuit(config.circuit)
     label = f"{model_name}" + (f"@{revision}" if revision else "")
+    if spec.final:
+        heads, source = final_circuit(out, model_name, spec.head_set)
+        check_heads_exist(heads, adapter.layout.n_layers, adapter.layout.n_heads, label)
+        return heads, source
     if spec.pr_top:
         heads, source = pr_top_circuit(out, model_name, spec.pr_top)
         if max(l for l, _ in heads) >= adapter.layout.n_layers or max(h for _, h in heads) >= adapter.layout.n_heads:
@@ -447,7 +466,7 @@ def resolve_circuit(
         )
         heads, source = result.heads, "screened"
         if out is not None:
-            ResultsDir(out).write_shard(result.heads, result.run)
+            ResultsDir(out).write_shard(result.heads, result.run, result.patterns)
     circuit = circuit_from_screen(heads, name)
     if not circuit:
         raise HeadtraceError(

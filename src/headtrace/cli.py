@@ -304,6 +304,13 @@ SCREEN_OPTIONS: dict[str, tuple[str, type, object]] = {
             "docs/definitions.md).",
         ),
     ),
+    "keep_patterns": (
+        "keep_patterns",
+        int,
+        typer.Option(
+            0, help="Keep each head's attention rows on this many probe examples (`headtrace show`, the report)."
+        ),
+    ),
 }
 
 
@@ -395,7 +402,7 @@ def screen(
         console.print(f"results written to {out}/", highlight=False, markup=False)
 
 
-def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watch=None):
+def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watch=None, keep=()):
     """Train one organism with a progress bar; Ctrl-C keeps the finished checkpoints and says so.
     With `watch` (a headtrace.watch.Watcher), its checkpoint steps are screened as it trains.
 
@@ -426,7 +433,7 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
             bar.update(task, completed=step, loss=f"{loss:.3f}")
 
         try:
-            result = train(out, organism, on_step=on_step, watch=watch)
+            result = train(out, organism, on_step=on_step, watch=watch, keep=keep)
         except KeyboardInterrupt:
             bar.stop()
             listed = out / REVISIONS_FILE
@@ -502,6 +509,12 @@ def demo(
         "one seed family and report each finding across seeds; about N times the "
         "plain demo's time (e.g. --seeds 3).",
     ),
+    causal: bool = typer.Option(
+        False,
+        "--causal",
+        help="Also F8, causal emergence: keep 8 log-spaced checkpoints and ablate the final induction circuit "
+        "at each (about 1 minute more; docs/organism.md).",
+    ),
 ) -> None:
     """Watch circuits form, offline: train the organism, screening it as it trains; ablate the final
     checkpoint, write the report."""
@@ -511,14 +524,22 @@ def demo(
 
     started = time.perf_counter()
 
-    def train(organism, folder: Path, model: str, watch=None):
-        return _train_with_progress(organism, folder, model, threads, watch=watch)
+    def train(organism, folder: Path, model: str, watch=None, keep=()):
+        return _train_with_progress(organism, folder, model, threads, watch=watch, keep=keep)
 
     def run_panel_file(panel: Path, results: Path) -> None:
         _run_panel_file(panel, results, threads=threads)
 
     outcome = run_demo(
-        out, train, run_panel_file, compare=compare, steps=steps, n_examples=n_examples, seed=seed, seeds=seeds
+        out,
+        train,
+        run_panel_file,
+        compare=compare,
+        steps=steps,
+        n_examples=n_examples,
+        seed=seed,
+        seeds=seeds,
+        causal=causal,
     )
     paths = outcome.paths
     if seeds is None:
@@ -639,7 +660,8 @@ def ablate(
     circuit: str = typer.Option(
         ...,
         help="induction, previous-token (best class previous-token, >= 100x), "
-        "previous-token-any (>= 100x), sink (the screen's all-head sets); pr-top:K (the K "
+        "previous-token-any (>= 100x), sink (the screen's all-head sets); final:<set> (that set "
+        "at the model's last revision screened in --out: F8, causal emergence); pr-top:K (the K "
         "heads of highest time-integrated PR over the revisions in --out); or heads like "
         "L2H11,L4H12.",
     ),
@@ -671,8 +693,9 @@ def ablate(
     """Ablate a circuit against matched-random heads: is the circuit necessary?"""
     from headtrace.ablation import AblationConfig, ablate_checkpoint
     from headtrace.models import preflight
+    from headtrace.schema import parse_circuit
     from headtrace.sources import checkpoint_location
-    from headtrace.store import check_writable
+    from headtrace.store import ResultsDir, check_writable
 
     _quiet_transformers()
     ablation = AblationConfig(
@@ -686,13 +709,21 @@ def ablate(
         metric=metric,
     )
     ablation.validate()
+    name = name or _default_name(model)
+    spec = parse_circuit(circuit)
+    if spec.final:  # the final circuit comes from --out: read it before any model loads
+        if out is None:
+            raise HeadtraceError(
+                f"--circuit {circuit} takes the set at {name}'s last revision screened in a results folder: "
+                "pass --out DIR"
+            )
+        ResultsDir(out).final_circuit(name, spec.head_set)
     location, hub_revision, _ = checkpoint_location(model, revision)
     cache = str(cache_dir) if cache_dir else None
     with console.status(f"checking {escape(model)}"):
         config, _ = preflight(location, config, hub_revision, trust_remote_code, cache, circuit=circuit)
     if out:
         check_writable(out)
-    name = name or _default_name(model)
     with (
         on_interrupt("nothing was written", again="run it again"),
         progress_bars(f"screen {name}", "ablate", waiting=f"load {_label(name, revision)}") as (screening, ablating),
@@ -728,6 +759,10 @@ STATUS_STYLE = {
     "gradual": "cyan",
     "as expected": "green",
     "differs": "yellow",
+    "before formation": "cyan",  # F8's orders
+    "with formation": "cyan",
+    "after formation": "cyan",
+    "cannot be ordered on this grid": "dim",
 }
 
 
@@ -749,7 +784,7 @@ def findings(
         "RESULTS/expect.json for later calls and the report.",
     ),
 ) -> None:
-    """Findings per model (F1-F8 and any installed) and per seed family; writes findings.parquet and findings.md."""
+    """Findings per model (F1-F9 and any installed) and per seed family; writes findings.parquet and findings.md."""
     from headtrace.findings import write_findings
     from headtrace.trajectory import TrajectoryConfig
 
@@ -818,6 +853,103 @@ def report(
     )
 
 
+def _bytes_text(size: float) -> str:
+    from rich.filesize import decimal
+
+    return decimal(int(size))
+
+
+@app.command("revisions")
+def revisions_command(
+    model: str = typer.Argument(..., help="Hub id, or a local folder with one checkpoint subfolder per revision."),
+    log: int = typer.Option(10, "--log", min=1, help="Print the panel-ready log:N selection for this N."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON (stdout) instead."),
+    tokens_per_step: Optional[float] = typer.Option(
+        None, help="Tokens per training step, for names headtrace cannot read tokens from."
+    ),
+    attempts: int = typer.Option(6, min=1, help="Tries per hub request before the hub counts as unreachable."),
+) -> None:
+    """List a checkpoint series before downloading it: steps, tokens, weight sizes, duplicates."""
+    import json
+
+    from headtrace.errors import HubUnreachable
+    from headtrace.revisions import NameMap
+    from headtrace.series import list_series
+    from headtrace.sources import HubSource, LocalSource, RetryPolicy, is_local
+
+    names = NameMap(tokens_per_step=tokens_per_step)
+    if is_local(model):
+        folder = Path(model).expanduser()
+        from headtrace.organism.config import REVISIONS_FILE
+
+        source = LocalSource(str(folder), model=model, names=names, organism=(folder / REVISIONS_FILE).is_file())
+        console.print(
+            f"{escape(model)} is a local folder: its weights are hashed, which reads every byte", highlight=False
+        )
+        with progress_bars("hash the weight files", waiting="list the revisions") as (hashed,):
+            found = list_series(source, on_bytes=hashed)
+    else:
+        source = HubSource(model, names, RetryPolicy(attempts=attempts))
+        with progress_bar(f"list the revisions of {model}", waiting="ask the hub for the refs") as listed:
+            try:
+                found = list_series(source, progress=listed)
+            except HubUnreachable as exc:
+                raise HubUnreachable(f"{exc} (no cached listing of {model} to show)") from None
+    if not found.listed:
+        raise HeadtraceError(f"'{model}' has no revisions with weight files")
+    if as_json:
+        out_console.print_json(json.dumps(found.to_json(log)))
+    else:
+        _print_series(found, log)
+    if found.from_cache:
+        raise HubUnreachable(f"{found.error}; the listing above is the offline cache's answer")
+
+
+def _print_series(found, log: int) -> None:
+    """`headtrace revisions`: the table, the duplicates and the panel-ready selection."""
+    aliases: dict[str, list[str]] = {}
+    for alias, target in found.aliases.items():
+        aliases.setdefault(target, []).append(alias)
+    marks: dict[str, list[str]] = {}
+    for dup in found.duplicates:
+        short = {"identical": "= {}", "equal_to_final": "= final {}", "shares_files": "shares files with {}"}
+        marks.setdefault(dup.revision, []).append(short[dup.kind].format(dup.of))
+    right = {"justify": "right", "no_wrap": True}
+    columns = {
+        "revision": {"overflow": "fold"},
+        "step": right,
+        "tokens": right,
+        "weights": right,
+        "files": right,
+        "aliases": {"overflow": "fold"},
+        "duplicates": {"overflow": "fold"},
+    }
+    rows = [
+        [
+            escape(e.name) + (" (final)" if e.name == found.final else ""),
+            "" if e.revision.step is None else str(e.revision.step),
+            "" if e.revision.tokens is None else _tokens_text(e.revision.tokens),
+            _bytes_text(e.size),
+            str(len(e.files)),
+            escape(", ".join(sorted(aliases.get(e.name, [])))),
+            escape("; ".join(marks.get(e.name, []))),
+        ]
+        for e in found.listed
+    ]
+    total = sum(e.size for e in found.listed)
+    title = f"{escape(found.model)}: {len(found.listed)} revisions, {_bytes_text(total)} of weights"
+    out_console.print(fitted_table(title, columns, rows, drop=["aliases", "duplicates", "step"]))
+    for dup in found.duplicates:
+        color = "yellow" if dup.kind == "identical" else "bold red"
+        out_console.print(f"[{color}]duplicate:[/] {escape(dup.text())}", highlight=False)
+    selection = found.log_selection(log)
+    out_console.print(
+        f"# log:{log} of {escape(found.model)}\nrevisions = [" + ", ".join(f'"{escape(n)}"' for n in selection) + "]",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 class RunProgress:
     """The `run` command's live display: the panel, the task being screened, the download under way."""
 
@@ -847,6 +979,11 @@ class RunProgress:
         console.print(
             f"{escape(self.name)}: {len(plan.planned)} revisions, {done} already done, {todo} to screen"
             + (f" ({len(plan.recomputed)} written with another config)" if plan.recomputed else "")
+            + (
+                f", {len(plan.copies)} with the same weights as another (tables taken, nothing downloaded)"
+                if plan.copies
+                else ""
+            )
             + "".join(
                 f", {len(t.todo)} to run {name}" + (f" ({len(t.kept)} done)" if t.kept else "")
                 for name, t in plan.stages.items()
@@ -857,7 +994,9 @@ class RunProgress:
             console.print(f"[yellow]missing:[/] {escape(gap.text())}", highlight=False)
         for note in plan.notes:
             console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-        self.done, self.total = done, len(plan.planned)
+        for shard, warning in plan.warnings.items():
+            console.print(f"[bold red]weights warning:[/] {escape(warning)}", highlight=False)
+        self.done, self.total = done + len(plan.copies), len(plan.planned)
         self.panel = self.progress.add_task(
             f"panel {self.name}", total=self.total, completed=done, info=f"{done}/{self.total} revisions"
         )
@@ -910,12 +1049,68 @@ def run(
     ),
     cpus_per_task: float = typer.Option(1.0, help="Ray: CPUs per task."),
     max_retries: int = typer.Option(3, help="Ray: re-runs of a task whose worker died."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan (downloads, bytes, what is skipped and why); download nothing."
+    ),
+    max_workers: Optional[int] = typer.Option(
+        None, min=1, help="Weight files of one revision downloaded side by side (default: the panel's [run], 4)."
+    ),
 ) -> None:
     """Screen every (model, revision) of a panel; re-running resumes where it stopped."""
     from headtrace.executors import RayOptions
 
+    if dry_run:
+        _print_dry_run(panel, out)
+        return
+
     ray = RayOptions(address=address, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, max_retries=max_retries)
-    _run_panel_file(panel, out, executor=executor, keep_checkpoints=keep_checkpoints, prefetch=prefetch, ray=ray)
+    _run_panel_file(
+        panel,
+        out,
+        executor=executor,
+        keep_checkpoints=keep_checkpoints,
+        prefetch=prefetch,
+        ray=ray,
+        max_workers=max_workers,
+    )
+
+
+def _print_dry_run(panel: Path, out: Optional[Path]) -> None:
+    """`run --dry-run`: the plan from the listings, one row per (model, revision)."""
+    from headtrace.panel import dry_run, load_panel
+
+    spec = load_panel(panel)
+    out = out or Path("results") / spec.name
+    with console.status(f"list the revisions of {escape(spec.name)}'s models"):
+        rows = dry_run(spec, out)
+    unknown = any(r.bytes is None for r in rows if r.action == "download")
+    columns = {
+        "model": {"overflow": "fold"},
+        "revision": {"overflow": "fold"},
+        "action": {},
+        "weights": {"justify": "right"},
+        "why": {"overflow": "fold"},
+    }
+    table_rows = [
+        [
+            escape(r.model),
+            escape(r.revision),
+            r.action,
+            "?" if r.bytes is None else (_bytes_text(r.bytes) if r.bytes else ""),
+            escape(r.why),
+        ]
+        for r in rows
+    ]
+    downloads = [r for r in rows if r.action == "download"]
+    total = sum(r.bytes or 0 for r in downloads)
+    title = (
+        f"{escape(spec.name)}: {len(downloads)} revisions to download ({_bytes_text(total)}"
+        + (" and sizes unknown before fetching" if unknown else "")
+        + f"), {sum(r.action == 'same weights' for r in rows)} with the same weights as another, "
+        f"{sum(r.action == 'kept' for r in rows)} already screened in {escape(str(out))}"
+    )
+    out_console.print(fitted_table(title, columns, table_rows, drop=["why"]))
+    console.print("dry run: nothing was downloaded, trained or written", highlight=False)
 
 
 def _run_panel_file(
@@ -926,6 +1121,7 @@ def _run_panel_file(
     prefetch: bool = True,
     ray=None,
     threads: int = 1,
+    max_workers: Optional[int] = None,
 ) -> None:
     """`headtrace run` (the demo runs its panel file through it too); `threads`: torch threads of the
     organisms it trains (`train = true`)."""
@@ -935,6 +1131,10 @@ def _run_panel_file(
 
     _quiet_transformers()
     spec = load_panel(panel)
+    if max_workers is not None:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, max_workers=max_workers)
     out = out or Path("results") / spec.name
     warn_ceilings(spec.screen, planned_ceilings(spec.screen))
     kept = f"finished revisions in {out}/ are kept and a re-run skips them"
@@ -964,8 +1164,11 @@ def _run_panel_file(
             "(cf. Pythia issue #205)",
             highlight=False,
         )
+    for suspect in result.suspects:
+        console.print(f"[bold red]WARNING: suspect:[/] {escape(suspect.text())}", highlight=False)
     console.print(
         f"results in {out}/ ({len(result.written)} screened, {len(result.skipped)} kept"
+        + (f", {len(result.copied)} taken from identical weights" if result.copied else "")
         + "".join(f", {len(t.done)} {name} done" for name, t in result.stages.items() if t.done)
         + f"); summary: headtrace results {out}",
         highlight=False,
@@ -1016,6 +1219,22 @@ def _revision_cells(model: str, revision: str, heads, row) -> list[str]:
 
 
 @app.command()
+def show(
+    results: Path = typer.Argument(..., help="Results directory."),
+    head: str = typer.Argument(..., help="The head, as L<layer>H<head> (e.g. L4H4)."),
+    model: Optional[str] = typer.Option(None, help="The model, where the folder holds several."),
+    revision: Optional[str] = typer.Option(None, help="The revision whose attention is shown [the last one stored]."),
+) -> None:
+    """One head: its top attended positions on the kept probe examples, its six selectivities and its trajectory."""
+    from headtrace.headview import open_results
+
+    found = open_results(results).head(head, model)
+    if revision is not None:
+        found.at(revision)  # an unknown revision is an error
+    out_console.print(found.text(revision), highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
 def results(
     out: Path = typer.Argument(..., help="Results directory written by `headtrace run` or `screen --out`."),
     save: Optional[Path] = typer.Option(
@@ -1032,7 +1251,7 @@ def results(
     timeout: Optional[float] = typer.Option(None, min=0, help="--follow: stop after this many seconds (exit 0)."),
 ) -> None:
     """Load a results directory into one table and print a summary per model and revision."""
-    from headtrace.store import check_save_path, load_results, save_table
+    from headtrace.store import check_save_path, load_results, save_table, weight_flags
 
     if save and follow:
         raise HeadtraceError("--save writes the table once: run it without --follow")
@@ -1059,9 +1278,15 @@ def results(
         "sink heads": {},
         "underflow": right,
         "same weights as": {"overflow": "fold"},
+        "weights warning": {"overflow": "fold"},
     }
+    flags = weight_flags(out, runs)
     rows = [
-        [*_revision_cells(model, revision, heads, heads.iloc[0]), escape(same) if isinstance(same, str) else ""]
+        [
+            *_revision_cells(model, revision, heads, heads.iloc[0]),
+            escape(same) if isinstance(same, str) else "",
+            escape(flags.get((model, revision), "")),
+        ]
         for (model, revision), heads in table.groupby(["model", "revision"], sort=False)
         for same in [heads.same_weights_as.iloc[0]]
     ]
@@ -1072,6 +1297,7 @@ def results(
     empty = [
         name
         for name, nothing in (
+            ("weights warning", not flags),
             ("same weights as", runs.same_weights_as.isna().all()),
             ("underflow", not table.baseline_underflow.any()),
         )
@@ -1082,6 +1308,12 @@ def results(
         console.print(
             "[bold red]WARNING:[/] some revisions have identical weight files (column "
             "same_weights_as): the source may serve the wrong checkpoint for them"
+        )
+    if flags:
+        console.print(
+            f"[bold red]WARNING:[/] {len(flags)} revisions have a weights warning (column weights warning): "
+            "weight files shared with another revision, equal to the final one, or heads closer to a far "
+            "revision than to their neighbours (docs/reliability.md)"
         )
     if save:
         save_table(table, save)

@@ -26,3 +26,9 @@ class DiskFull(HeadtraceError):
 
 class ResultsNotWritable(HeadtraceError):
     """The results folder refused a write (full, read-only, permissions): a panel stops at once."""
+
+
+class HubUnreachable(HeadtraceError):
+    """The hub did not answer after every retry (network, 5xx, 429): nothing could be listed or fetched."""
+
+    exit_code = EXIT_FAILED

@@ -40,6 +40,7 @@ class Task:
     source: CheckpointSource
     revision: Revision
     stages: tuple[str, ...] = ("screen",)  # the stages to run on it, in order (the others' results are stored)
+    weights_warning: str | None = None  # what the listing says of its weights (series.py), for the run record
 
     @property
     def label(self) -> str:
@@ -153,6 +154,7 @@ def _run_stages(task: Task, checkpoint: Checkpoint, settings: TaskSettings, repo
         fetch_s=checkpoint.fetch_s,
         load_s=load_s,
         member=settings.member(task.source.name),
+        weights_warning=task.weights_warning,
         progress=lambda step: reporter.screening(f"{task.label} {step}".strip()),
     )
     stages = {stage.name: stage for stage in settings.stages}

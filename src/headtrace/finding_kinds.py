@@ -3,12 +3,14 @@
 A finding is one `FindingKind`: its code, title and claim, its settings (thresholds, with defaults),
 its computation on one model's trajectory (a `trajectory.Finding`, whose `numbers` are what the
 report draws), and its summary across a seed family. `FINDINGS` holds them in order: the study's
-F1-F8, then any registered with `register_finding` or installed through the `headtrace.findings`
-entry-point group. `headtrace findings`, the family rows (family_findings.py) and the report iterate
-over it; a finding's figure is registered on the report side under its code (report/figures.py).
+F1-F7, F8 (causal emergence), F9 (the previous-token -> induction link), then any registered with
+`register_finding` or installed through the `headtrace.findings` entry-point group. `headtrace
+findings`, the family rows (family_findings.py) and the report iterate over it; a finding's figure is
+registered on the report side under its code (report/figures.py).
 
-F1-F6 are computed in trajectory.py; F7 (middle-first) and F8 (the previous-token -> induction link,
-from composition.py's tables) live in their units here, as a finding from outside the package would.
+F1-F6 are computed in trajectory.py; F7 (middle-first), F8 (causal emergence, from the stored
+ablations of a final:<set> circuit) and F9 (from composition.py's tables) live in their units here,
+as a finding from outside the package would.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pandas as pd
 
 from headtrace.errors import HeadtraceError
 from headtrace.registry import Registry
+from headtrace.schema import head_id, heads_in_set, parse_circuit
 from headtrace.store import ResultsDir
 from headtrace.trajectory import (
     AS_EXPECTED,
@@ -40,6 +43,7 @@ from headtrace.trajectory import (
     TrajectoryConfig,
     early_claim,
     early_identification,
+    first_reaching,
     floor,
     floor_claim,
     noise_claim,
@@ -487,7 +491,183 @@ class MiddleFirst(FindingKind):
 
 
 # --------------------------------------------------------------------------------------------
-# F8: the previous-token -> induction link (composition.py's tables, merged by `with_composition`).
+# F8: causal emergence.
+
+BEFORE, WITH, AFTER = "before formation", "with formation", "after formation"
+UNORDERED = "cannot be ordered on this grid"
+SELECTIVITY_OF_SET = {  # the selectivity a head set is chosen by (schema.HEAD_SETS), drawn against F8
+    "induction": "sel_induction",
+    "previous-token": "sel_previous",
+    "previous-token-any": "sel_previous",
+    "sink": "sel_first",
+}
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """An event on a revision grid: it first shows at revision `at` (an index into the model's
+    revisions, training order) and not at `after` (-1: the start of training)."""
+
+    after: int
+    at: int
+
+    def text(self, panel: ModelTrajectory) -> str:
+        before = "the start" if self.after < 0 else panel.names[self.after]
+        return f"{panel.names[self.at]} ({tokens_label(panel.tokens[self.at])}; after {before})"
+
+    def as_dict(self, panel: ModelTrajectory) -> dict:
+        return {
+            "revision": panel.names[self.at],
+            "tokens": float(panel.tokens[self.at]),
+            "index": self.at,
+            "previous_revision": panel.names[self.after] if self.after >= 0 else None,
+            "previous_tokens": float(panel.tokens[self.after]) if self.after >= 0 else 0.0,
+            "previous_index": self.after,
+        }
+
+
+def order(necessary: Bracket, formed: Bracket) -> str:
+    """Necessity against formation on the grid: before (necessary at a revision where the circuit has
+    not formed yet), after (not necessary at a revision where it has), with (both first show between
+    the same two revisions), else unordered (the brackets overlap)."""
+    if necessary.at <= formed.after:
+        return BEFORE
+    if necessary.after >= formed.at:
+        return AFTER
+    if (necessary.after, necessary.at) == (formed.after, formed.at):
+        return WITH
+    return UNORDERED
+
+
+@dataclass(frozen=True)
+class CausalEmergence(FindingKind):
+    """F8: when ablating the final circuit (its heads at the last revision, ablated at earlier ones
+    against matched-random heads: `[ablation] circuit = "final:induction"`) first becomes necessary,
+    against when the induction milestone is reached (docs/definitions.md)."""
+
+    code: ClassVar[str] = "F8"
+    title: ClassVar[str] = "causal emergence"
+    uses: ClassVar[tuple[str, ...]] = ("timing_induction_count",)
+    expectable: ClassVar[tuple[str, ...]] = (BEFORE, WITH, AFTER, UNORDERED)
+    circuit: str = "final:induction"  # the stored ablations it reads
+
+    def validate(self) -> None:
+        spec = parse_circuit(self.circuit)
+        if not spec.final:
+            raise HeadtraceError(f"F8 reads the ablations of a final:<set> circuit, not '{self.circuit}'")
+
+    def claim(self, config: TrajectoryConfig) -> str:
+        return (
+            f"the first revision at which ablating {self.circuit} (its heads at the last revision) is necessary, "
+            f"against the induction milestone (>= {config.timing_induction_count} heads at "
+            f"{config.thresholds.induction_threshold:g}x): before, with or after formation"
+        )
+
+    def ablated(self, panel: ModelTrajectory) -> pd.DataFrame:
+        """One row per revision at which the final circuit was ablated, in training order."""
+        rows = panel.ablations
+        if rows is None or not len(rows):
+            return pd.DataFrame(columns=["revision"])
+        rows = rows.loc[rows["circuit"] == self.circuit]
+        short = rows.groupby("revision")["shortfall"].max() if "shortfall" in rows else pd.Series(dtype=float)
+        rows = rows.loc[(rows["condition"] == "circuit") & rows["revision"].isin(panel.names)]
+        rows = rows.drop_duplicates("revision")
+        index = {name: i for i, name in enumerate(panel.names)}
+        rows = rows.assign(index=rows["revision"].map(index), shortfall=rows["revision"].map(short).fillna(0))
+        return rows.sort_values("index").reset_index(drop=True)
+
+    def compute(self, panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
+        rows = self.ablated(panel)
+        if not len(rows):
+            why = (
+                f'no ablation of {self.circuit} stored for this model: add [ablation] circuit = "{self.circuit}" '
+                f"to the panel, or run headtrace ablate MODEL --revision R --circuit {self.circuit} --out DIR"
+            )
+            return self.finding(NOT_MEASURABLE, why, {}, config)
+        head_set = parse_circuit(self.circuit).head_set
+        current = heads_in_set(panel.heads.loc[panel.heads["revision"] == panel.names[-1]], head_set)
+        circuit = str(rows["circuit_heads"].iloc[0])
+        numbers: dict = {
+            "circuit": self.circuit,
+            "circuit_heads": circuit.split(",") if circuit else [],
+            "revisions": list(rows["revision"]),
+            "index": [int(i) for i in rows["index"]],
+            "tokens": [float(t) for t in rows["tokens"]],
+            "verdicts": list(rows["verdict"]),
+            "decided_by": list(rows["decided_by"]),
+            "differential": [float(v) for v in rows["differential"]],
+            "differential_low": [float(v) for v in rows["differential_low"]],
+            "differential_high": [float(v) for v in rows["differential_high"]],
+            "shortfall": [int(v) for v in rows["shortfall"]],
+        }
+        stale = sorted({str(h) for h in rows["circuit_heads"]} - {",".join(head_id(l, h) for l, h in current)})
+        if stale:
+            why = (
+                f"the ablations of {self.circuit} name heads ({'; '.join(stale)}) that are not the {head_set} set "
+                f"at the last revision {panel.names[-1]} ({','.join(head_id(l, h) for l, h in current) or 'none'}): "
+                "run the panel again"
+            )
+            return self.finding(NOT_MEASURABLE, why, numbers, config)
+        spec = (
+            f"induction >= {config.timing_induction_count} heads at {config.thresholds.induction_threshold:g}x",
+            "screen_induction_circuit",
+            config.timing_induction_count,
+        )
+        formed = first_reaching(panel.revisions, *spec)
+        hit = [k for k, verdict in enumerate(rows["verdict"]) if verdict == "necessary"]
+        necessary = (
+            Bracket(int(rows["index"].iloc[hit[0] - 1]) if hit[0] else -1, int(rows["index"].iloc[hit[0]]))
+            if hit
+            else None
+        )
+        formation = Bracket(formed.index - 1, formed.index) if formed.index is not None else None
+        if necessary is not None:
+            numbers["necessary"] = necessary.as_dict(panel)
+        if formation is not None:
+            numbers["formed"] = formation.as_dict(panel) | {"milestone": spec[0]}
+        never = []
+        if necessary is None:
+            never.append(f"{self.circuit} not necessary at any of {len(rows)} ablated revisions")
+        if formation is None:
+            never.append(f"{spec[0]} never reached (max {formed.value:g} heads)")
+        if never:
+            return self.finding(NOT_MEASURABLE, "; ".join(never), numbers, config)
+        verdict = order(necessary, formation)
+        numbers["verdict"] = verdict
+        statement = (
+            f"{self.circuit} ({circuit}) first necessary at {necessary.text(panel)}, {len(rows)} revisions "
+            f"ablated; {spec[0]} first at {formation.text(panel)}: necessary {verdict}"
+            if verdict != UNORDERED
+            else f"{self.circuit} ({circuit}) first necessary at {necessary.text(panel)}, {len(rows)} revisions "
+            f"ablated; {spec[0]} first at {formation.text(panel)}: the brackets overlap, so the two "
+            f"{UNORDERED}"
+        )
+        if max(numbers["shortfall"]):
+            statement += (
+                f"; the matched-random draws lack up to {max(numbers['shortfall'])} head(s) (the circuit fills "
+                "its layers), which favours necessary"
+            )
+        return self.finding(verdict, statement, numbers, config)
+
+    def across_seeds(self, per: Mapping[int, SeedFinding], config: TrajectoryConfig) -> tuple[dict, list[str]]:
+        summary = Summary(per)
+        orders = {s: v["verdict"] for s, (_, v, _) in per.items() if "verdict" in v}
+        summary.numbers["order"] = {str(s): o for s, o in orders.items()}
+        if orders:
+            counts = Counter(orders.values())
+            summary.parts.append(
+                "order: "
+                + ", ".join(f"{o} in {counts[o]}/{len(orders)}" for o in self.expectable if counts.get(o))
+                + " ("
+                + "; ".join(f"seed {s} {o}" for s, o in orders.items())
+                + ")"
+            )
+        summary.spread("necessary_tokens", summary.values("necessary", "tokens"), tokens_label, "first necessary")
+        return summary.result()
+
+
+# --------------------------------------------------------------------------------------------
+# F9: the previous-token -> induction link (composition.py's tables, merged by `with_composition`).
 
 LINK_COLUMNS = (
     "comp_top_sender",
@@ -523,10 +703,10 @@ def with_composition(heads: pd.DataFrame, composition: pd.DataFrame | None) -> p
 
 @dataclass(frozen=True)
 class CompositionLink(FindingKind):
-    """F8: when an induction head comes to read its keys mainly from a previous-token head of an
+    """F9: when an induction head comes to read its keys mainly from a previous-token head of an
     earlier layer (its strongest K-composition, from the weights; docs/definitions.md)."""
 
-    code: ClassVar[str] = "F8"
+    code: ClassVar[str] = "F9"
     title: ClassVar[str] = "previous-token -> induction link"
 
     def claim(self, config: TrajectoryConfig) -> str:
@@ -688,6 +868,7 @@ for _kind in (
     SpectralLead(),
     NoiseFloor(),
     MiddleFirst(),
+    CausalEmergence(),
     CompositionLink(),
 ):
     FINDINGS.add(_kind.code, _kind)

@@ -34,17 +34,18 @@ def model_findings(
     runs: pd.DataFrame | None = None,
     config: TrajectoryConfig = TrajectoryConfig(),
     expect: Expectations | None = None,
+    ablations: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per model x registered finding: status, one-line statement, claim, and its numbers as JSON.
 
     `expect`: per model, the expected result of a measurement finding (F2: sharp or gradual); its
-    status then says `as expected` or `differs`."""
+    status then says `as expected` or `differs`. `ablations`: the stored ablation rows (F8 reads them)."""
     config.validate()
     expect = expect or {}
     check_expectations(expect)
     kinds = FINDINGS.kinds()
     rows = []
-    for panel in model_trajectories(heads, runs, config):
+    for panel in model_trajectories(heads, runs, config, ablations):
         for kind in kinds:
             found = kind.compute(panel, config)
             if kind.expectable:
@@ -74,7 +75,8 @@ def findings_table(
     each family's rows across seeds (`gaps`: what members lack, default the manifest's)."""
     gaps = read_gaps(results_dir) if gaps is None else gaps
     heads = with_composition(heads, ResultsDir(results_dir).read_tables(COMPOSITION))
-    table = model_findings(heads, runs, config, read_expectations(results_dir))
+    ablations = ResultsDir(results_dir).read_ablations()
+    table = model_findings(heads, runs, config, read_expectations(results_dir), ablations)
     return with_family_rows(table, heads, runs, config, gaps)
 
 

@@ -20,8 +20,11 @@ the screen config (fields of `ScreenConfig`) and optional ablations:
     # seeds = [1, 2, 3]                  # a seed family: {seed} in id (and path) names each member;
     # seed0 = "EleutherAI/pythia-160m"   # ... seed0 the hub id of seed 0; family = "name"; organisms:
     # train = true                       # ... train = true trains those missing, organism = { steps = 600 }
-    [ablation]                           # optional: a stage (stages.py): circuit, draws, mode, revisions
+    [ablation]                           # optional: a stage (stages.py): circuit, draws, mode, revisions;
+                                         # circuit = "final:induction": F8's second pass (below)
     [download]                           # optional: attempts, backoff_s, max_backoff_s (RetryPolicy)
+    [run]                                # optional: max_workers (weight files of a revision downloaded
+                                         # side by side; default 4)
 
 `run_panel` plans one task per (model, revision), checks every name before any work starts, skips
 shards already written with the same config hash, runs the rest on an executor (executors.py),
@@ -31,6 +34,13 @@ already stored with the same config is kept, so a re-run resumes. A lock file st
 from sharing a directory. Planning is torch-free: the model code loads when a task runs. A seed
 family's entry expands into one model per seed, whose shards carry `family` and `seed` columns
 (families.py).
+
+A stage with `second_pass` (the ablation of a `final:<set>` circuit, F8) runs after every screen:
+the set is read at each model's last revision, then ablated at the section's revisions (`log:8`
+unless it says). Its checkpoints are fetched again with the same executor and disk bound as the
+first pass (at most two revisions on disk with the local executor): local and organism folders are
+read in place, hub revisions come from the cache when `keep_checkpoints` kept them, else they
+download again.
 """
 
 from __future__ import annotations
@@ -64,8 +74,9 @@ from headtrace.families import Gap, check_new_members, expand, groups, manifest_
 from headtrace.finding_kinds import check_expectations
 from headtrace.organism.config import ORGANISM_FILE, Organism
 from headtrace.schema import DTYPES, FLAT_TYPES, ScreenConfig
-from headtrace.revisions import NameMap, selection_notes
-from headtrace.sources import SOURCES, CheckpointSource, RetryPolicy
+from headtrace.revisions import NameMap, log_count, log_selection, selection_notes, training_key
+from headtrace.series import Series, list_series
+from headtrace.sources import SOURCES, CheckpointSource, HubSource, RetryPolicy
 from headtrace.stages import STAGES, ScreenStage, SettingError, Stage
 from headtrace.store import (
     MANIFEST_SCHEMA,
@@ -74,6 +85,7 @@ from headtrace.store import (
     check_written_by_us,
     identical_weights,
     manifest_shards,
+    read_table,
     utc_now,
     write_manifest,
 )
@@ -99,14 +111,15 @@ class ModelSpec:
     organism: Organism | None = None  # what to train when its folder lacks it (train = true)
     line: int | None = field(default=None, compare=False)  # where `revisions` is written, for errors
 
-    def checkpoint_source(self, retry: RetryPolicy = RetryPolicy()) -> CheckpointSource:
-        return SOURCES.get(self.source).make(self.id, self.path, self.names, retry)
+    def checkpoint_source(self, retry: RetryPolicy = RetryPolicy(), max_workers: int = 4) -> CheckpointSource:
+        source = SOURCES.get(self.source).make(self.id, self.path, self.names, retry)
+        return dataclasses.replace(source, max_workers=max_workers) if isinstance(source, HubSource) else source
 
 
 @dataclass(frozen=True)
 class StagePlan:
     """A stage's section (e.g. `[ablation]`): the stage with its settings, and the revisions it
-    runs on: final (each model's last), all, or a list of names."""
+    runs on: final (each model's last), all, log:N (log-spaced over each model's), or a list of names."""
 
     stage: Stage
     revisions: str | tuple[str, ...] = "final"
@@ -121,6 +134,7 @@ class Panel:
     retry: RetryPolicy = RetryPolicy()
     path: str | None = None
     sha256: str | None = None
+    max_workers: int = 4  # [run]: weight files of one revision downloaded side by side
 
     def screen_for(self, model: str) -> ScreenConfig:
         """The screen config of one model: the [screen] section with the model's own dtype, if it has one."""
@@ -140,6 +154,7 @@ _ROOT_KEYS = {
     "screen": "table",
     "models": "tables",
     "download": "table",
+    "run": "table",
 }  # and a table per stage the file enables (STAGES: e.g. [ablation])
 _MODEL_KEYS = {
     "id": "str",
@@ -159,6 +174,7 @@ _MODEL_KEYS = {
 }
 _SCREEN_KEYS = FLAT_TYPES
 _DOWNLOAD_KEYS = {f.name: str(f.type) for f in dataclasses.fields(RetryPolicy)}
+_RUN_KEYS = {"max_workers": "int"}
 
 
 class _KeyLines:
@@ -319,6 +335,9 @@ def load_panel(path: str | Path) -> Panel:
     retry = RetryPolicy(**check.table(document.get("download", {}), _DOWNLOAD_KEYS, "download"))
     if retry.attempts < 1 or retry.backoff_s < 0:
         raise check.fail("download", None, "attempts must be >= 1 and backoff_s >= 0")
+    run = check.table(document.get("run", {}), _RUN_KEYS, "run")
+    if run.get("max_workers", 4) < 1:
+        raise check.fail("run", "max_workers", "max_workers must be >= 1")
     return Panel(
         name=document.get("name", path.stem),
         models=tuple(models),
@@ -327,6 +346,7 @@ def load_panel(path: str | Path) -> Panel:
         retry=retry,
         path=str(path),
         sha256=hashlib.sha256(raw).hexdigest(),
+        max_workers=run.get("max_workers", 4),
     )
 
 
@@ -356,11 +376,13 @@ def _stage_plan(check: _Checker, name: str, values) -> StagePlan:
     """A stage's section: its settings (checked as the stage declares them) and its revisions."""
     kind = STAGES.get(name)
     values = check.table(values, {**kind.section_keys(), "revisions": "revisions"}, name)
-    revisions = values.pop("revisions", kind.default_revisions)
+    revisions = values.pop("revisions", None)
     if isinstance(revisions, str) and revisions not in ("final", "all"):
-        raise check.fail(name, "revisions", "revisions must be 'final', 'all' or a list of names")
+        if not log_count(revisions):
+            raise check.fail(name, "revisions", "revisions must be 'final', 'all', 'log:N' or a list of names")
     try:
-        return StagePlan(kind.from_section(values), revisions)
+        stage = kind.from_section(values)
+        return StagePlan(stage, stage.revisions_default if revisions is None else revisions)
     except SettingError as exc:
         raise check.fail(name, exc.key, str(exc)) from None
     except (HeadtraceError, TypeError, ValueError) as exc:
@@ -379,7 +401,7 @@ def plan(
     or cannot measure (revisions.selection_notes)."""
     tasks = []
     for group in groups(panel.models if models is None else models):
-        sources = [model.checkpoint_source(panel.retry) for model in group]
+        sources = [model.checkpoint_source(panel.retry, panel.max_workers) for model in group]
         name = group[0].family or group[0].id
         where = f"{panel.path}:{group[0].line}: {name}" if panel.path else name
         catalogs = [source.revisions() for source in sources]
@@ -392,6 +414,85 @@ def plan(
                 label = where if len(group) == 1 else f"{where} ({model.id})"
                 notes += selection_notes(catalog, revisions, group[0].revisions, label)
     return tasks
+
+
+# --------------------------------------------------------------------------------------------
+# What the hub's listing says of the planned revisions' weights (series.py).
+
+
+@dataclass
+class WeightsPlan:
+    """Per shard: the shard whose tables it takes (identical weights: neither downloaded nor screened
+    again), the warning its run record carries (some weight files shared, or equal to the final
+    revision), and the weight bytes its download costs (None: not known before fetching)."""
+
+    copies: dict[str, str] = field(default_factory=dict)  # shard -> the shard screened for it
+    warnings: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int | None] = field(default_factory=dict)
+    listings: dict[str, Series] = field(default_factory=dict)  # model -> its series (hub models)
+    notes: list[str] = field(default_factory=list)  # models planned without their listing, and why
+
+
+def weights_plan(tasks: Sequence[Task], keep: set[str] = frozenset()) -> WeightsPlan:
+    """Read each hub model's listing for its planned revisions (no weight byte downloaded). Among a
+    model's revisions with the same weight files, the one with fewest tokens is screened and the
+    others take its tables, except the shards in `keep` (a later stage needs their checkpoint)."""
+    result = WeightsPlan()
+    by_model: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_model.setdefault(task.source.name, []).append(task)
+        result.sizes[task.shard] = None
+    for model, group in by_model.items():
+        source = group[0].source
+        if not isinstance(source, HubSource):
+            continue
+        try:
+            found = list_series(source, only=[n for t in group for n in (t.revision.name, t.revision.alias_of) if n])
+        except HeadtraceError as exc:  # offline without a cached listing: duplicates are found after the screen
+            result.notes.append(f"{model}: planned without the hub's listing ({exc})")
+            continue
+        result.listings[model] = found
+        listed = found.by_name()
+        kept: dict[frozenset[str], Task] = {}
+        for task in sorted(group, key=lambda t: training_key(t.revision)):
+            entry = listed.get(task.revision.alias_of or task.revision.name)
+            if entry is None or not entry.files:
+                continue
+            result.sizes[task.shard] = entry.size
+            first = kept.setdefault(entry.digests, task)
+            if first is not task and task.shard not in keep:
+                result.copies[task.shard] = first.shard
+                result.sizes[task.shard] = 0
+        names = {t.revision.alias_of or t.revision.name: t for t in group}
+        for duplicate in found.duplicates:
+            task = names.get(duplicate.revision)
+            if task is not None and duplicate.kind != "identical" and task.shard not in result.copies:
+                text = duplicate.text()
+                result.warnings[task.shard] = "; ".join(filter(None, [result.warnings.get(task.shard), text]))
+    return result
+
+
+def write_copy(results: ResultsDir, task: Task, screened: Task, config_hash: str) -> dict | None:
+    """Write `task`'s shard from `screened`'s stored tables (the same weight files): its own revision
+    and tokens, `same_weights_as` set, nothing downloaded. None when `screened` has no stored shard."""
+    heads = results.stored_screen(screened.source.name, screened.revision.name, config_hash)
+    if heads is None:
+        return None
+    run = read_table(results.run_path(screened.source.name, screened.revision.name))
+    tokens = float("nan") if task.revision.tokens is None else float(task.revision.tokens)
+    heads = heads.assign(revision=task.revision.name, tokens=tokens)
+    run = run.assign(
+        revision=task.revision.name,
+        tokens=tokens,
+        same_weights_as=screened.revision.name,
+        weights_warning=None,
+        downloaded_bytes=0,
+        fetch_s=0.0,
+        load_s=0.0,
+        finished_at=utc_now(),
+    )
+    results.write_shard(heads, run)
+    return run.iloc[0].to_dict()
 
 
 # --------------------------------------------------------------------------------------------
@@ -451,7 +552,12 @@ def train_pending(panel: Panel, train_one: Trainer | None = None) -> list[str]:
 
 
 def _write_manifest(
-    out: ResultsDir, panel: Panel, runs: pd.DataFrame, failed: dict[str, str], missing: Sequence[Gap] = ()
+    out: ResultsDir,
+    panel: Panel,
+    runs: pd.DataFrame,
+    failed: dict[str, str],
+    missing: Sequence[Gap] = (),
+    extra: dict | None = None,
 ) -> None:
     document = {
         "schema": MANIFEST_SCHEMA,
@@ -464,8 +570,31 @@ def _write_manifest(
         "shards": manifest_shards(runs),
         "failed": [{"task": k, "error": v} for k, v in failed.items()],
         **manifest_entry(panel.models, missing),
+        **(extra or {}),
     }
     write_manifest(out, document)
+
+
+def _weights_entries(result: "RunOutcome", tasks: Sequence[Task]) -> dict:
+    """The manifest's account of the listing: shards taken from another's tables, warnings, suspects."""
+    by_shard = {t.shard: t for t in tasks}
+    return {
+        "same_weights": [
+            {
+                "model": by_shard[copy].source.name,
+                "revision": by_shard[copy].revision.name,
+                "same_weights_as": by_shard[screened].revision.name,
+                "downloaded": False,
+                "screened": False,
+            }
+            for copy, screened in result.copies.items()
+        ],
+        "weights_warnings": [
+            {"model": by_shard[s].source.name, "revision": by_shard[s].revision.name, "warning": w}
+            for s, w in result.warnings.items()
+        ],
+        "suspects": [dataclasses.asdict(s) for s in result.suspects],
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -489,6 +618,10 @@ class RunOutcome:
     stages: dict[str, "StageTally"] = field(default_factory=dict)  # per stage after the screen
     missing: list[Gap] = field(default_factory=list)  # revisions of its family's selection a member lacks
     notes: list[str] = field(default_factory=list)  # what the revision selections left out or cannot measure
+    copies: dict[str, str] = field(default_factory=dict)  # shard -> the shard with the same weights screened for it
+    copied: list[str] = field(default_factory=list)  # copies this call wrote from their screened shard's tables
+    warnings: dict[str, str] = field(default_factory=dict)  # shard -> weights warning (series.py)
+    suspects: list = field(default_factory=list)  # series.Suspect: the neighbour check after the screen
 
 
 @dataclass
@@ -516,12 +649,17 @@ def run_panel(
 
     All revision names are checked before any work starts; organisms of `train = true` entries are
     trained first (`train_pending`, by `train_one`). `on_start` sees the plan (what will be skipped
-    and recomputed) before the first task runs."""
+    and recomputed) before the first task runs. Hub models are planned with their listing
+    (`weights_plan`): a revision with the same weight files as one with fewer tokens takes its tables;
+    one sharing some files, or equal to the final revision, is screened with a `weights_warning`.
+    After the screen, the neighbour check (series.neighbour_suspects) names suspects."""
     EXECUTORS.get(executor)
     train_pending(panel, train_one)
     missing: list[Gap] = []
     notes: list[str] = []
     tasks = plan(panel, missing, notes=notes)
+    targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}
+    weights = weights_plan(tasks, keep=set().union(*targets.values()))
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -529,19 +667,24 @@ def run_panel(
         raise HeadtraceError(f"cannot create output directory '{out}': {exc.strerror or exc}") from None
     reporter = reporter or QuietReporter()
     results = ResultsDir(out)
+    by_shard = {t.shard: t for t in tasks}
     with OutputLock(results) as lock:
         runs = results.existing_runs()
         check_written_by_us(results, runs)
         result = RunOutcome(out=out, planned=tasks, stale_lock=lock.previous_owner, missing=missing, notes=notes)
+        result.copies, result.warnings = dict(weights.copies), dict(weights.warnings)
+        result.notes += weights.notes
         written = dict(zip(runs.shard, runs.config_hash))
-        targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}
         result.stages = {p.stage.name: StageTally() for p in panel.stages}
-        todo = []
+        todo, pending_copies = [], []
         for task in tasks:
             config = panel.screen_for(task.source.name)
             screened = written.get(task.shard) == config.config_hash
             if screened:
                 result.skipped.append(task.shard)
+            elif task.shard in weights.copies:
+                pending_copies.append(task)
+                continue
             else:
                 (result.recomputed if task.shard in written else result.computed).append(task.shard)
             names = [] if screened else [ScreenStage.name]
@@ -553,14 +696,39 @@ def run_panel(
                     tally.kept.append(task.shard)
                 else:
                     tally.todo.append(task.shard)
-                    names.append(name)
+                    if not stage_plan.stage.second_pass:
+                        names.append(name)
             if names:
-                todo.append(dataclasses.replace(task, stages=tuple(names)))
+                todo.append(
+                    dataclasses.replace(task, stages=tuple(names), weights_warning=weights.warnings.get(task.shard))
+                )
         if on_start:
             on_start(result)
         runs = runs.set_index("shard", drop=False)
+
+        def copy_from(source_shard: str) -> None:
+            nonlocal runs
+            for task in [t for t in pending_copies if weights.copies[t.shard] == source_shard]:
+                config = panel.screen_for(task.source.name)
+                record = write_copy(results, task, by_shard[source_shard], config.config_hash)
+                if record is None:
+                    result.failed[task.label] = (
+                        f"its weights equal {by_shard[source_shard].label}, which was not screened"
+                    )
+                    continue
+                result.copied.append(task.shard)
+                runs = _with_row(runs, TaskResult(task, run=record))
+                reporter.warn(
+                    f"{task.label}: same weight files as {by_shard[source_shard].revision.name}, its tables taken"
+                )
+
+        for shard in result.skipped:
+            copy_from(shard)
         options = ExecutionOptions(prefetch=prefetch, ray=ray)
-        for outcome in _execute(todo, panel, out, executor, keep_checkpoints, options, reporter):
+        extra = functools.partial(_weights_entries, result, tasks)
+
+        def take(outcome: TaskResult, first_pass: bool) -> None:
+            nonlocal runs
             if outcome.error:
                 result.failed[outcome.task.label] = outcome.error
             elif outcome.run is not None:
@@ -569,26 +737,136 @@ def run_panel(
                 same = identical_weights(runs).get(outcome.task.shard)
                 if same:
                     reporter.warn(f"{outcome.task.label} has the same weight files as {same}")
+            if first_pass and not outcome.error:
+                copy_from(outcome.task.shard)
+            elif first_pass:
+                for task in [t for t in pending_copies if weights.copies[t.shard] == outcome.task.shard]:
+                    result.failed[task.label] = f"its weights equal {outcome.task.label}, which failed"
             for name in outcome.stages:
                 result.stages[name].done.append(outcome.task.shard)
             for name, error in outcome.stage_errors.items():
                 result.stages[name].failed[outcome.task.label] = error
                 reporter.warn(f"{outcome.task.label}: {name} not run: {error}")
-            _write_manifest(results, panel, runs, result.failed, missing)
+            _write_manifest(results, panel, runs, result.failed, missing, extra())
             if outcome.fatal:
-                result.stopped_by = f"{outcome.task.label}: {outcome.error}"
+                result.stopped_by = f"{outcome.task.label}: {outcome.error or '; '.join(outcome.stage_errors.values())}"
+
+        for outcome in _execute(todo, panel, out, executor, keep_checkpoints, options, reporter):
+            take(outcome, first_pass=True)
+            if result.stopped_by:
                 break
-        if not todo:
-            _write_manifest(results, panel, runs, result.failed, missing)
+        if not result.stopped_by:  # second pass: stages that need every screen (a final circuit, F8)
+            later = _second_pass(panel, tasks, targets, result, results)
+            for outcome in _execute(later, panel, out, executor, keep_checkpoints, options, reporter):
+                take(outcome, first_pass=False)
+                if result.stopped_by:
+                    break
+        if result.stopped_by is None:
+            result.suspects = _neighbour_check(results, runs, tasks)
+            for suspect in result.suspects:
+                reporter.warn(suspect.text())
+        _write_manifest(results, panel, runs, result.failed, missing, extra())
     mine = runs[runs.shard.isin({t.shard for t in tasks})]
     result.identical = [(r.model, r.revision, s) for r, s in zip(mine.itertuples(), identical_weights(mine)) if s]
     return result
 
 
+@dataclass(frozen=True)
+class PlannedShard:
+    """One line of `run --dry-run`: what would happen to a (model, revision)."""
+
+    model: str
+    revision: str
+    action: str  # download | local | kept | same weights | train first
+    bytes: int | None  # weight bytes to download (None: unknown before fetching; 0: none)
+    why: str = ""
+
+
+def dry_run(panel: Panel, out: str | Path) -> list[PlannedShard]:
+    """What `run_panel` would do, from the listings alone: no weight is downloaded, no organism is
+    trained, nothing is written."""
+    waiting = {m.family or m.id for m in untrained(panel.models, panel.path or panel.name)}
+    rows = [
+        PlannedShard(m.id, str(m.revisions), "train first", 0, "an organism not trained yet (train = true)")
+        for m in panel.models
+        if (m.family or m.id) in waiting
+    ]
+    tasks = plan(panel, models=[m for m in panel.models if (m.family or m.id) not in waiting])
+    targets = {p.stage.name: stage_targets(panel, p, tasks) for p in panel.stages}
+    weights = weights_plan(tasks, keep=set().union(*targets.values()))
+    results = ResultsDir(out)
+    runs = results.existing_runs() if Path(out).is_dir() else pd.DataFrame(columns=["shard", "config_hash"])
+    written = dict(zip(runs.shard, runs.config_hash))
+    by_shard = {t.shard: t for t in tasks}
+    for task in tasks:
+        name, revision = task.source.name, task.revision.name
+        if written.get(task.shard) == panel.screen_for(name).config_hash:
+            rows.append(PlannedShard(name, revision, "kept", 0, "already screened with this config"))
+        elif task.shard in weights.copies:
+            same = by_shard[weights.copies[task.shard]].revision.name
+            rows.append(
+                PlannedShard(name, revision, "same weights", 0, f"identical weight files to {same}: its tables")
+            )
+        elif isinstance(task.source, HubSource):
+            rows.append(
+                PlannedShard(
+                    name, revision, "download", weights.sizes.get(task.shard), weights.warnings.get(task.shard, "")
+                )
+            )
+        else:
+            rows.append(PlannedShard(name, revision, "local", 0, "read from disk"))
+    return rows
+
+
+def _neighbour_check(results: ResultsDir, runs: pd.DataFrame, tasks: Sequence[Task]) -> list:
+    """series.neighbour_suspects over the panel's screened shards (never drops data)."""
+    from headtrace.series import neighbour_suspects
+
+    mine = runs[runs.shard.isin({t.shard for t in tasks})] if len(runs) else runs
+    if not len(mine):
+        return []
+    mine = mine.assign(same_weights_as=identical_weights(mine.reset_index(drop=True)).to_numpy())
+    heads = [read_table(results.heads_path(r.model, r.revision)) for r in mine.itertuples()]
+    return neighbour_suspects(pd.concat(heads, ignore_index=True), mine.reset_index(drop=True))
+
+
+def _second_pass(
+    panel: Panel, tasks: list[Task], targets: dict[str, set[str]], result: RunOutcome, results: ResultsDir
+) -> list[Task]:
+    """The tasks of the second-pass stages, decided now that every screen is stored: a target whose
+    result is stored under the final circuit as it is now is kept, the others run (each tally is
+    redone, since the final circuit may have changed in the first pass)."""
+    later: dict[str, list[str]] = {}
+    by_shard = {t.shard: t for t in tasks}
+    for stage_plan in panel.stages:
+        stage = stage_plan.stage
+        if not stage.second_pass:
+            continue
+        tally = result.stages[stage.name] = StageTally()
+        for task in tasks:
+            if task.shard not in targets[stage.name] or task.label in result.failed:
+                continue
+            config = panel.screen_for(task.source.name)
+            if stage.done(results, task.source.name, task.revision.name, config):
+                tally.kept.append(task.shard)
+            else:
+                tally.todo.append(task.shard)
+                later.setdefault(task.shard, []).append(stage.name)
+    return [dataclasses.replace(by_shard[shard], stages=tuple(names)) for shard, names in later.items()]
+
+
 def stage_targets(panel: Panel, spec: StagePlan, tasks: list[Task]) -> set[str]:
-    """Shards a stage runs on: each model's last planned revision (final), every one (all), or the named ones."""
+    """Shards a stage runs on: each model's last planned revision (final), every one (all), N
+    log-spaced ones of each model (log:N, by tokens as revisions.log_spaced spaces them), or the named ones."""
     if spec.revisions == "all":
         return {t.shard for t in tasks}
+    if isinstance(spec.revisions, str) and log_count(spec.revisions):
+        chosen = set()
+        for model in dict.fromkeys(t.source.name for t in tasks):
+            mine = {t.revision: t for t in tasks if t.source.name == model}
+            picked = log_selection(list(mine), log_count(spec.revisions))
+            chosen |= {mine[r].shard for r in picked}
+        return chosen
     if spec.revisions == "final":  # most tokens; where tokens are unknown, the last one listed
         final: dict[str, Task] = {}
         for task in tasks:

@@ -497,6 +497,17 @@ def _names(names: Sequence[str], limit: int = 4) -> str:
     return ", ".join(names[:limit]) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
+def log_selection(revisions: Sequence[Revision], n: int) -> list[Revision]:
+    """`log:N` over these revisions: by tokens where every one has them, else by step (`log_spaced`)."""
+    return log_spaced(revisions, n, _spacing(revisions))
+
+
+def log_count(selection: str) -> int | None:
+    """N of a `log:N` selection; None for any other text."""
+    match = _LOG.match(selection)
+    return int(match.group(1)) if match else None
+
+
 def log_spaced(revisions: Sequence[Revision], n: int, by: str = "tokens") -> list[Revision]:
     """N revisions spread evenly in log(tokens) (or log(step), `by="step"`), always including the first
     and the last.

@@ -55,12 +55,13 @@ class ScreenConfig:
     pr_examples: int | None = None  # PR from the first N examples only (the study: 500); None: all of them
     device: str = "cpu"
     batch_size: int = 16
+    keep_patterns: int = 0  # keep the attention rows of this many probe examples (headtrace.patterns)
 
     # Fields that do not change results (up to float rounding): left out of the hash.
     _NOT_HASHED = ("batch_size",)
     # Fields added since results were first written, hashed only away from their default, so that
     # existing results keep their hash.
-    _HASHED_WHEN_SET = {"baseline": "reference", "pr_examples": None}
+    _HASHED_WHEN_SET = {"baseline": "reference", "pr_examples": None, "keep_patterns": 0}
 
     def __init__(self, probe: ProbeSpec | str | None = None, thresholds: Thresholds | None = None, **flat) -> None:
         if isinstance(probe, str):  # the flat spelling names the probe's kind
@@ -102,6 +103,10 @@ class ScreenConfig:
         if self.pr_examples is not None and not 1 <= self.pr_examples <= self.probe.n_examples:
             raise HeadtraceError(
                 f"pr-examples must be between 1 and n-examples ({self.probe.n_examples}) (got {self.pr_examples})"
+            )
+        if not 0 <= self.keep_patterns <= self.probe.n_examples:
+            raise HeadtraceError(
+                f"keep-patterns must be between 0 and n-examples ({self.probe.n_examples}) (got {self.keep_patterns})"
             )
 
     def to_dict(self) -> dict:
@@ -220,6 +225,7 @@ HEAD_SETS = {
     "sink": "sink",
 }
 _PR_TOP = re.compile(r"^pr-top:(\d+)$")  # the K heads of highest time-integrated PR over a panel's revisions
+FINAL = "final:"  # final:<set>: a head set taken at the model's last revision, ablated at other revisions (F8)
 _HEAD = re.compile(r"^L(\d+)H(\d+)$")
 ABLATION_MODES = ("zero", "mean")
 DECIDING_METRICS = ("auto", "top1", "loss")  # auto: top1 when the clean top-1 is high enough, else loss
@@ -227,11 +233,13 @@ DECIDING_METRICS = ("auto", "top1", "loss")  # auto: top1 when the clean top-1 i
 
 @dataclass(frozen=True)
 class CircuitSpec:
-    """What `--circuit` names: one of the screen's head sets, the top K heads by integrated PR, or heads."""
+    """What `--circuit` names: one of the screen's head sets (at the revision ablated, or with `final`
+    at the model's last revision), the top K heads by integrated PR, or heads."""
 
     head_set: str | None = None
     pr_top: int | None = None
     heads: tuple[Head, ...] = ()
+    final: bool = False  # final:<set>: the set's heads at the model's last revision in the results folder
 
 
 def parse_circuit(text: str) -> CircuitSpec:
@@ -240,6 +248,13 @@ def parse_circuit(text: str) -> CircuitSpec:
     name = text.strip()
     if name in HEAD_SETS:
         return CircuitSpec(head_set=name)
+    if name.startswith(FINAL):
+        head_set = name.removeprefix(FINAL).strip()
+        if head_set not in HEAD_SETS:
+            raise HeadtraceError(
+                f"{name}: final:<set> takes one of the screen's head sets: {', '.join(FINAL + s for s in HEAD_SETS)}"
+            )
+        return CircuitSpec(head_set=head_set, final=True)
     if match := _PR_TOP.match(name):
         if int(match[1]) < 1:
             raise HeadtraceError(f"{name}: K must be >= 1, e.g. pr-top:5")
@@ -259,6 +274,12 @@ def parse_circuit(text: str) -> CircuitSpec:
     return CircuitSpec(heads=tuple(sorted(heads)))
 
 
+def heads_in_set(heads: pd.DataFrame, head_set: str) -> tuple[Head, ...]:
+    """The heads of one of the screen's head sets (HEAD_SETS) in a heads table, sorted."""
+    chosen = heads.loc[heads[HEAD_SETS[head_set]].astype(bool)]
+    return tuple(sorted((int(l), int(h)) for l, h in zip(chosen["layer"], chosen["head"])))
+
+
 def check_heads_exist(heads: tuple[Head, ...], n_layers: int, n_heads: int, model: str = "the model") -> None:
     """Every head must exist in a model of n_layers x n_heads."""
     for layer, head in heads:
@@ -273,7 +294,7 @@ def check_heads_exist(heads: tuple[Head, ...], n_layers: int, n_heads: int, mode
 class AblationConfig:
     """What an ablation does; `config_hash` (with the screen's) covers every field that changes results."""
 
-    circuit: str = "induction"  # a HEAD_SETS name | pr-top:K | a head list "L2H11,L4H12"
+    circuit: str = "induction"  # a HEAD_SETS name | final:<set> | pr-top:K | a head list "L2H11,L4H12"
     draws: int = 20  # matched-random head sets, each drawn with its own seed
     mode: str = "zero"  # zero | mean
     seed: int = 0  # base seed of the random draws and the bootstrap
@@ -307,8 +328,13 @@ class AblationConfig:
             if k not in self._NOT_HASHED and not (k == "metric" and v == "auto")
         }
 
-    def config_hash(self, screen: ScreenConfig) -> str:
-        payload = json.dumps({"ablation": self.to_dict(), "screen": screen.config_hash}, sort_keys=True)
+    def config_hash(self, screen: ScreenConfig, final_heads: tuple[Head, ...] | None = None) -> str:
+        """`final_heads`: a final:<set> circuit's heads, hashed too, so that a new last revision whose
+        set differs runs the ablation again."""
+        document = {"ablation": self.to_dict(), "screen": screen.config_hash}
+        if final_heads is not None:
+            document["final_heads"] = [list(head) for head in sorted(final_heads)]
+        payload = json.dumps(document, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

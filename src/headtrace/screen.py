@@ -63,6 +63,7 @@ from headtrace.models import (
     load_model,
     load_tokenizer,
 )
+from headtrace.patterns import PatternKeeper
 from headtrace.probes import CHANNELS, CLASS_KEYS, Probe, build_probe, selectivity_ceilings
 from headtrace.schema import SCHEMA_VERSION  # noqa: F401 (re-exported)
 from headtrace.schema import SELECTIVITY_FLOOR, ScreenConfig, add_labels, head_id
@@ -82,6 +83,7 @@ class ScreenResult:
 
     heads: pd.DataFrame
     run: pd.DataFrame
+    patterns: dict[str, np.ndarray] | None = None  # kept attention rows (`keep_patterns`; patterns.py)
 
     def summary(self) -> dict:
         run = self.run.iloc[0]
@@ -92,6 +94,19 @@ class ScreenResult:
             "top1": float(run.top1),
             "underflow_heads": int(self.heads.baseline_underflow.sum()),
         }
+
+    def _results(self):
+        from headtrace.headview import Results  # the notebook view (torch-free)
+
+        kept = {(str(self.run.model[0]), str(self.run.revision[0])): self.patterns}
+        return Results(self.heads, self.run, lambda model, revision: kept.get((model, revision)))
+
+    def head(self, head_id: str):
+        """One head's view (headview.Head): selectivities, label, kept attention rows."""
+        return self._results().head(head_id)
+
+    def _repr_html_(self) -> str:
+        return self._results()._repr_html_()
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,6 +149,7 @@ class _DeviceProbe:
         positions[:, CHANNELS.index("baseline"), : probe.baseline.shape[1]] = probe.baseline
         self.positions = as_device(positions)
         self.defined = as_device(probe.channel_defined(), acc_dtype)
+        self.keeper: PatternKeeper | None = None  # keeps a few examples' attention rows (`keep_patterns`)
 
 
 class _Batch:
@@ -161,6 +177,7 @@ class _Batch:
         self.index = torch.arange(len(self.query), device=device)
         self.rows = rows
         self.pending: list[tuple] = []  # per layer, from `_attention_with_logsumexp`
+        self.keeper = probe.keeper
 
 
 class _ProbeAttention:
@@ -188,7 +205,13 @@ class _ProbeAttention:
             self.routes.add("scores")
             out, probs, sink = scores_attention(module, query, key, value, attention_mask, **kwargs)
             measure_probabilities(probs, sink, tap, self.batch)
+            if self.batch.keeper is not None:
+                self.batch.keeper.take(layer, self.batch.rows, probs)
             return out, None
+        if self.batch.keeper is not None:  # the routes below compute no probabilities
+            self.batch.keeper.take_from_scores(
+                layer, self.batch.rows, module, query, key, value, attention_mask, kwargs
+            )
         if self.flash is not None and _plain_causal_cpu(module, query, key, attention_mask, kwargs):
             self.routes.add("logsumexp")
             return _attention_with_logsumexp(self.flash, module, query, key, value, kwargs["scaling"], tap, self.batch)
@@ -207,6 +230,8 @@ class _ProbeAttention:
                     f"layer {layer}'s attention module returned no attention weights during the screen"
                 )
             measure_probabilities(weights.float(), None, self.taps[layer], self.batch)
+            if self.batch.keeper is not None:
+                self.batch.keeper.take(layer, self.batch.rows, weights)
 
         return hook
 
@@ -388,6 +413,8 @@ def screen(
     capability = CapabilityAccumulator(device, acc_dtype)
     pr_limit = config.pr_examples or probe.n  # PR from the first pr_examples examples (docs/definitions.md)
     device_probe = _DeviceProbe(probe, device, acc_dtype)
+    if config.keep_patterns:
+        device_probe.keeper = PatternKeeper(probe, config.keep_patterns, layout.n_layers, layout.n_heads)
     started = time.time()
     t0 = time.perf_counter()
 
@@ -417,7 +444,8 @@ def screen(
         started,
         "+".join(sorted(routes)),
     )
-    return ScreenResult(heads=heads, run=run)
+    patterns = device_probe.keeper.arrays() if device_probe.keeper else None
+    return ScreenResult(heads=heads, run=run, patterns=patterns)
 
 
 def _screen_pass(
@@ -499,6 +527,8 @@ def _stream_transformer_lens(
         def hook(pattern, hook=None):
             fired.add(("hook_pattern", layer))
             measure_probabilities(pattern.float(), None, taps[layer], current[-1])
+            if current[-1].keeper is not None:
+                current[-1].keeper.take(layer, current[-1].rows, pattern)
 
         return hook
 
@@ -710,7 +740,7 @@ def screen_checkpoint(
         progress=progress,
     )
     if out is not None:
-        ResultsDir(out).write_shard(result.heads, result.run)
+        ResultsDir(out).write_shard(result.heads, result.run, result.patterns)
     return result
 
 
@@ -751,7 +781,7 @@ def screen_model(
     with evaluating(adapter.model):
         result = screen(adapter, probe, config, model_name=name, revision=revision, tokens=tokens, progress=progress)
     if out is not None:
-        ResultsDir(out).write_shard(result.heads, result.run)
+        ResultsDir(out).write_shard(result.heads, result.run, result.patterns)
     return result
 
 

@@ -28,14 +28,16 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
 from filelock import FileLock
 
-from headtrace.errors import DiskFull, HeadtraceError
+from headtrace.errors import DiskFull, HeadtraceError, HubUnreachable
 from headtrace.organism.config import REVISIONS_FILE
 from headtrace.registry import Registry
 from headtrace.revisions import NameMap, Revision, catalog, naming_for, select, training_key
@@ -111,14 +113,44 @@ def file_digest(path: str | Path, algorithm: str = "sha256", git_blob: bool = Fa
     return digest.hexdigest()
 
 
-def _require_space(directory: Path, needed: int, what: str) -> None:
+class _Reservation:
+    """Space a download under way still needs: its size less the bytes it has written."""
+
+    def __init__(self, size: int):
+        self.size, self.written = size, 0
+
+    @property
+    def outstanding(self) -> int:
+        return max(self.size - self.written, 0)
+
+
+_RESERVED: list[_Reservation] = []  # downloads under way in this process (parallel files, prefetch)
+_RESERVED_LOCK = threading.Lock()
+
+
+def _require_space(directory: Path, needed: int, what: str) -> _Reservation:
+    """Check that `needed` bytes fit beside what the downloads under way in this process still have
+    to write, and reserve them (`_release_space` when the download ends)."""
     directory.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(directory).free
-    if needed > free:
-        raise DiskFull(
-            f"{what} needs {needed / 1e9:.2f} GB but only {free / 1e9:.2f} GB are free in '{directory}'; "
-            "free space (or point HF_HOME at a larger disk) and re-run: finished revisions are kept"
-        )
+    with _RESERVED_LOCK:
+        free = shutil.disk_usage(directory).free
+        pending = sum(r.outstanding for r in _RESERVED)
+        if needed + pending > free:
+            others = f" (with {pending / 1e9:.2f} GB of downloads under way)" if pending else ""
+            raise DiskFull(
+                f"{what} needs {needed / 1e9:.2f} GB{others} but only {free / 1e9:.2f} GB are free in "
+                f"'{directory}'; free space (or point HF_HOME at a larger disk) and re-run: finished "
+                "revisions are kept"
+            )
+        reservation = _Reservation(needed)
+        _RESERVED.append(reservation)
+        return reservation
+
+
+def _release_space(reservation: _Reservation) -> None:
+    with _RESERVED_LOCK:
+        if reservation in _RESERVED:
+            _RESERVED.remove(reservation)
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,6 +230,7 @@ class HubSource:
     repo_id: str
     names: NameMap = NameMap()
     retry: RetryPolicy = RetryPolicy()
+    max_workers: int = 4  # weight files of one revision downloaded side by side
 
     @property
     def name(self) -> str:
@@ -274,16 +307,36 @@ class HubSource:
         ]
         total = sum(e.size for e in wanted)
         done = 0
+        lock = threading.Lock()
 
         def advance(n: int) -> None:
             nonlocal done
-            done += n
-            if progress is not None:
-                progress(done, total)
+            with lock:
+                done += n
+                if progress is not None:
+                    progress(done, total)
 
+        def one(entry) -> tuple[str, int | None]:
+            return self._download(entry, revision, settings, advance)
+
+        # Small files first, one by one; the weight files side by side (each verified as it lands).
+        small = [e for e in wanted if e.path not in weights]
+        large = [e for e in wanted if e.path in weights]
+        fetched = [one(e) for e in small]
+        workers = max(1, min(self.max_workers, len(large)))
+        if workers == 1:
+            fetched += [one(e) for e in large]
+        else:
+            with ThreadPoolExecutor(workers, thread_name_prefix="headtrace-download") as pool:
+                futures = [pool.submit(one, e) for e in large]
+                try:
+                    fetched += [f.result() for f in futures]
+                except BaseException:
+                    for future in futures:
+                        future.cancel()
+                    raise
         paths, owned, downloaded, digests = [], [], 0, {}
-        for entry in wanted:
-            path, transferred = self._download(entry, revision, settings, advance)
+        for entry, (path, transferred) in zip(small + large, fetched):
             paths.append(path)
             if transferred is not None:
                 downloaded += transferred
@@ -329,14 +382,17 @@ class HubSource:
         if isinstance(cached, str) and self._verified(cached, entry):
             advance(entry.size)
             return cached, None
-        _require_space(Path(settings.cache_dir), entry.size, f"{self.repo_id}@{revision.name}/{entry.path}")
+        _remove_orphans(Path(settings.cache_dir), self.repo_id, entry.lfs.sha256 if entry.lfs else entry.blob_id)
+        space = _require_space(Path(settings.cache_dir), entry.size, f"{self.repo_id}@{revision.name}/{entry.path}")
 
         def attempt() -> tuple[str, int]:
             counted = 0
+            space.written = 0
 
             def count(n: int) -> None:
                 nonlocal counted
                 counted += n
+                space.written += n
                 advance(n)
 
             try:
@@ -359,7 +415,10 @@ class HubSource:
             advance(entry.size - counted)  # a blob already in the cache is linked, not transferred
             return path, counted
 
-        return self._call(attempt, f"download {entry.path} of revision '{revision.name}' of", settings)
+        try:
+            return self._call(attempt, f"download {entry.path} of revision '{revision.name}' of", settings)
+        finally:
+            _release_space(space)
 
     @staticmethod
     def _verified(path: str, entry) -> bool:
@@ -409,7 +468,7 @@ class HubSource:
             )
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if _transient(exc):
-            return HeadtraceError(
+            return HubUnreachable(
                 f"cannot {what} {self.repo_id} after {self.retry.attempts} attempts ({first_line}); "
                 f"check the connection to {settings.endpoint} and re-run: finished revisions are kept"
             )
@@ -437,6 +496,30 @@ def _remove_cached(pointer: str, corrupt: bool = False) -> None:
         path.unlink(missing_ok=True)
         if corrupt or not _linked_elsewhere(blob):
             blob.unlink(missing_ok=True)
+
+
+def _remove_orphans(cache_dir: Path, repo_id: str, etag: str) -> None:
+    """Delete what a killed process part-wrote of this blob. huggingface_hub writes each download into
+    a file of its own process (`blobs/<etag>.<id>.incomplete`) while it holds `.locks/<repo>/<etag>.lock`:
+    when that lock is free, no live process is writing them."""
+    from filelock import Timeout
+    from huggingface_hub.file_download import repo_folder_name  # loaded when the hub is asked
+
+    folder = repo_folder_name(repo_id=repo_id, repo_type="model")
+    blobs = cache_dir / folder / "blobs"
+    orphans = list(blobs.glob(f"{etag}.*.incomplete")) if blobs.is_dir() else []
+    if not orphans:
+        return
+    lock = FileLock(cache_dir / ".locks" / folder / f"{etag}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return
+    try:
+        for path in orphans:
+            path.unlink(missing_ok=True)
+    finally:
+        lock.release()
 
 
 def _linked_elsewhere(blob: Path) -> bool:

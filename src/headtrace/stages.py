@@ -14,7 +14,9 @@ To add a measurement, subclass `Stage`, give it a `name` and register it:
         def run(self, checkpoint: CheckpointContext) -> StageResult: ...
 
 A panel file then enables it with a `[weight_norms]` section (keys: the dataclass's fields, plus
-`revisions = "final" | "all" | [names]`). Stages must be picklable to run on Ray. Torch-free at
+`revisions = "final" | "all" | "log:N" | [names]`). A stage whose `second_pass` is true runs after
+every screen of the panel (it reads the last revision's screen, as the ablation of a final:<set>
+circuit does). Stages must be picklable to run on Ray. Torch-free at
 import: the built-in stages import the model code when they run.
 """
 
@@ -33,6 +35,7 @@ from headtrace.schema import ABLATION_MODES, AblationConfig, ScreenConfig, parse
 from headtrace.store import COMPOSITION, ResultsDir, read_table, run_record
 
 Progress = Callable[[int, int], None]
+FINAL_DEFAULT_REVISIONS = "log:8"  # where a final:<set> circuit is ablated unless the section says
 
 
 class SettingError(HeadtraceError):
@@ -60,6 +63,7 @@ class CheckpointContext:
     fetch_s: float = 0.0
     load_s: float = 0.0
     member: tuple[str, int] | None = None  # (family, seed) of a seed family's member (families.py)
+    weights_warning: str | None = None  # shares weight files with, or equals, another revision (series.py)
 
 
 @dataclass
@@ -90,6 +94,17 @@ class Stage:
     def describe(self) -> dict:
         """Its settings, as the manifest records them."""
         return dataclasses.asdict(self) if dataclasses.is_dataclass(self) else {}
+
+    @property
+    def revisions_default(self) -> str:
+        """The revisions its section selects without `revisions`."""
+        return self.default_revisions
+
+    @property
+    def second_pass(self) -> bool:
+        """Whether it runs after all the panel's screens (it needs the last revision's) instead of
+        right after its own revision's screen."""
+        return False
 
     def done(self, results: ResultsDir, model: str, revision: str, config: ScreenConfig) -> bool:
         """Whether `results` already holds this stage's result for (model, revision) under `config`."""
@@ -131,11 +146,12 @@ class ScreenStage(Stage):
             checkpoint.downloaded_bytes,
             checkpoint.fetch_s,
             checkpoint.load_s,
+            weights_warning=checkpoint.weights_warning,
         )
         heads = result.heads
         if checkpoint.member is not None:
             heads, run = tag(heads, *checkpoint.member), tag(run, *checkpoint.member)
-        checkpoint.results.write_shard(heads, run)
+        checkpoint.results.write_shard(heads, run, result.patterns)
         return StageResult(record=run.iloc[0].to_dict())
 
 
@@ -143,7 +159,8 @@ class ScreenStage(Stage):
 @dataclass(frozen=True)
 class AblationStage(Stage):
     """Group ablation of a circuit against matched-random heads (ablation.py), into DIR/ablations/;
-    the circuit comes from the screen stored for this config."""
+    the circuit comes from the screen stored for this config. A final:<set> circuit (F8) is the set
+    at the model's last revision: a second pass, on `log:8` revisions unless the section says."""
 
     name: ClassVar[str] = "ablation"
     default_revisions: ClassVar[str] = "final"
@@ -174,7 +191,21 @@ class AblationStage(Stage):
     def describe(self) -> dict:
         return dataclasses.asdict(self.config)
 
+    @property
+    def revisions_default(self) -> str:
+        return FINAL_DEFAULT_REVISIONS if self.second_pass else self.default_revisions
+
+    @property
+    def second_pass(self) -> bool:
+        return parse_circuit(self.config.circuit).final
+
     def done(self, results: ResultsDir, model: str, revision: str, config: ScreenConfig) -> bool:
+        if self.second_pass:  # the final circuit's heads are in the hash: a new last revision may change them
+            try:
+                heads, _ = results.final_circuit(model, parse_circuit(self.config.circuit).head_set)
+            except HeadtraceError:
+                return False
+            return results.stored_ablation_hash(model, revision) == self.config.config_hash(config, heads)
         return results.stored_ablation_hash(model, revision) == self.config.config_hash(config)
 
     def run(self, checkpoint: CheckpointContext) -> StageResult:

@@ -7,6 +7,7 @@ Layout of a results directory (pandas, polars and DuckDB read each folder as one
     DIR/heads/<model-slug>@<revision>.parquet      one row per head
     DIR/runs/<model-slug>@<revision>.parquet       one row: the run record (capability, config, timings)
     DIR/ablations/<model-slug>@<revision>.parquet  one row per ablation condition (ablation.py)
+    DIR/patterns/<model-slug>@<revision>.npz       kept attention rows (`keep_patterns`; patterns.py)
     DIR/manifest.json                              what a panel run or a watched training run wrote
     DIR/.headtrace.lock                            held by the panel or watcher writing the folder
     DIR/findings.parquet, findings.md, expect.json the findings (findings.py)
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
 import pandas as pd
 import pyarrow
 import pyarrow.parquet
@@ -42,12 +44,13 @@ from packaging.version import InvalidVersion, Version
 from headtrace import __version__
 from headtrace.errors import DiskFull, HeadtraceError, ResultsNotWritable
 from headtrace.revisions import parse_revision
-from headtrace.schema import SCHEMA_VERSION
+from headtrace.schema import SCHEMA_VERSION, heads_in_set
 
 HEADS = "heads"
 RUNS = "runs"
 ABLATIONS = "ablations"
 COMPOSITION = "composition"  # composition.py: induction heads' composition with earlier heads
+PATTERNS = "patterns"
 MANIFEST = "manifest.json"
 FINDINGS = "findings.parquet"
 FINDINGS_MD = "findings.md"
@@ -223,6 +226,9 @@ class ResultsDir:
     def ablation_path(self, model: str, revision: str | None) -> Path:
         return self.table_path(ABLATIONS, model, revision)
 
+    def patterns_path(self, model: str, revision: str | None) -> Path:
+        return self.table_path(PATTERNS, model, revision).with_suffix(".npz")
+
     @property
     def manifest(self) -> Path:
         return self.root / MANIFEST
@@ -249,13 +255,20 @@ class ResultsDir:
 
     # Writing.
 
-    def write_shard(self, heads: pd.DataFrame, run: pd.DataFrame) -> Path:
-        """Write one (model, revision) shard: heads first, the run record (the completion marker) last.
-        Returns the run file's path."""
+    def write_shard(
+        self, heads: pd.DataFrame, run: pd.DataFrame, patterns: dict[str, np.ndarray] | None = None
+    ) -> Path:
+        """Write one (model, revision) shard: heads first, then the kept attention patterns (an
+        earlier shard's are removed when there are none), the run record (the completion marker)
+        last. Returns the run file's path."""
         record = run.iloc[0]
         model, revision = str(record["model"]), str(record["revision"])
         with writing_results(self.root):
             write_parquet_atomic(heads, self.heads_path(model, revision))
+            if patterns is None:
+                self.patterns_path(model, revision).unlink(missing_ok=True)
+            else:
+                atomic_write(self.patterns_path(model, revision), lambda tmp: _save_npz(tmp, patterns))
             write_parquet_atomic(run, self.run_path(model, revision))
         return self.run_path(model, revision)
 
@@ -329,6 +342,30 @@ class ResultsDir:
             return None
         return read_table(heads)
 
+    def last_revision(self, model: str) -> str | None:
+        """The last (training order) screened revision of `model` here, None when there is none."""
+        runs = self.existing_runs()
+        if "model" not in runs or not (runs["model"] == model).any():
+            return None
+        return str(training_order(runs.loc[runs["model"] == model])["revision"].iloc[-1])
+
+    def final_circuit(self, model: str, head_set: str) -> tuple[tuple[tuple[int, int], ...], str]:
+        """A head set's heads (schema.HEAD_SETS) at `model`'s last screened revision here, and that
+        revision: the circuit of final:<set> (F8). One-line errors when there is none."""
+        last = self.last_revision(model)
+        if last is None:
+            raise HeadtraceError(
+                f"final:{head_set}: '{self.root}' holds no screened revision of {model}; screen its revisions "
+                "there first (headtrace run, or headtrace screen --out)"
+            )
+        circuit = heads_in_set(read_table(self.heads_path(model, last)), head_set)
+        if not circuit:
+            raise HeadtraceError(
+                f"final:{head_set}: the {head_set} set of {model} at its last revision in '{self.root}' ({last}) "
+                "is empty: nothing to ablate"
+            )
+        return circuit, last
+
     def stored_screen_hash(self, model: str, revision: str | None) -> str | None:
         """The screen config hash of the shard stored for (model, revision), else None."""
         return _stored_hash(self.run_path(model, revision)) if readable(self.heads_path(model, revision)) else None
@@ -342,9 +379,27 @@ class ResultsDir:
         paths = sorted((self.root / folder).glob("*.parquet"))
         return pd.concat([read_table(p) for p in paths], ignore_index=True) if paths else None
 
+    def read_patterns(self, model: str, revision: str | None) -> dict[str, np.ndarray] | None:
+        """The attention rows kept for (model, revision) (patterns.PatternKeeper.arrays), else None."""
+        path = self.patterns_path(model, revision)
+        if not path.is_file():
+            return None
+        try:
+            with np.load(path) as stored:
+                return {name: stored[name] for name in stored.files}
+        except (OSError, ValueError) as exc:
+            raise HeadtraceError(
+                f"cannot read '{path}': {exc}; screen that revision again (or delete the file)"
+            ) from None
+
     def read_ablations(self) -> pd.DataFrame | None:
         """Every ablation condition stored, one row per condition."""
         return self.read_tables(ABLATIONS)
+
+
+def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    with open(path, "wb") as handle:  # a file object: np.savez would add ".npz" to the temporary name
+        np.savez_compressed(handle, **arrays)
 
 
 def _stored_hash(path: Path) -> str | None:
@@ -377,6 +432,25 @@ def identical_weights(runs: pd.DataFrame) -> pd.Series:
     first = ordered.dropna(subset=["checkpoint_hash"]).groupby(["model", "checkpoint_hash"]).revision.first()
     same = [first.get((m, h)) if isinstance(h, str) else None for m, h in zip(runs.model, runs.checkpoint_hash)]
     return pd.Series([s if s != r else None for s, r in zip(same, runs.revision)], index=runs.index, dtype=object)
+
+
+def weight_flags(out: str | Path, runs: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """Revisions whose weights are in doubt: the run record's `weights_warning` (the hub's listing)
+    and the manifest's `suspects` (the neighbour check), one text per (model, revision)."""
+    flags: dict[tuple[str, str], list[str]] = {}
+    if "weights_warning" in runs:
+        for run in runs.itertuples():
+            if isinstance(run.weights_warning, str) and run.weights_warning:
+                flags.setdefault((run.model, run.revision), []).append(run.weights_warning)
+    try:
+        suspects = json.loads(ResultsDir(out).manifest.read_text()).get("suspects") or []
+        for s in suspects:
+            far, near = f"{s['distance']:.3g}", f"{s['neighbour_distance']:.3g}"
+            text = f"closer to {s['closer_to']} ({far}) than to its neighbours ({near})"
+            flags.setdefault((s["model"], s["revision"]), []).append(f"suspect: {text}")
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        pass
+    return {key: "; ".join(texts) for key, texts in flags.items()}
 
 
 def new_shards(out: str | Path, interval: float, timeout: float | None = None) -> Iterator[list[str]]:
@@ -419,6 +493,7 @@ MANIFEST_COLUMNS = (
     "config_hash",
     "checkpoint_hash",
     "same_weights_as",
+    "weights_warning",
     "downloaded_bytes",
     "fetch_s",
     "load_s",

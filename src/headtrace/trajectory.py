@@ -281,12 +281,14 @@ class Finding:
 
 @dataclass
 class ModelTrajectory:
-    """One model's labelled heads and revision rows, revisions in training order."""
+    """One model's labelled heads and revision rows, revisions in training order; its stored
+    ablations (one row per condition, as DIR/ablations/ holds them) when they were read."""
 
     name: str
     heads: pd.DataFrame
     revisions: pd.DataFrame
     layers: pd.DataFrame
+    ablations: pd.DataFrame | None = None
 
     @property
     def names(self) -> list[str]:
@@ -725,9 +727,13 @@ def noise_floor(panel: ModelTrajectory, config: TrajectoryConfig) -> Finding:
 
 
 def model_trajectories(
-    heads: pd.DataFrame, runs: pd.DataFrame | None = None, config: TrajectoryConfig = TrajectoryConfig()
+    heads: pd.DataFrame,
+    runs: pd.DataFrame | None = None,
+    config: TrajectoryConfig = TrajectoryConfig(),
+    ablations: pd.DataFrame | None = None,
 ) -> list[ModelTrajectory]:
-    """Split a panel's tables into per-model panels (labelled under `config`)."""
+    """Split a panel's tables into per-model panels (labelled under `config`); `ablations`: the
+    stored ablation rows, each model's own attached."""
     table = labelled_heads(heads, config)
     revisions = revision_table(heads, runs, config)
     layers = layer_table(heads, config)
@@ -737,6 +743,7 @@ def model_trajectories(
             table.loc[table.model == model].reset_index(drop=True),
             revisions.loc[revisions.model == model].reset_index(drop=True),
             layers.loc[layers.model == model].reset_index(drop=True),
+            None if ablations is None else ablations.loc[ablations.model == model].reset_index(drop=True),
         )
         for model in revisions["model"].unique()
     ]

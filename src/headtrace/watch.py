@@ -477,7 +477,7 @@ class Watcher:
             config = self._prepared(adapter)
             result = screen(adapter, self._probe, config, model_name=self.model_id, revision=name, tokens=tokens)
             run = run_record(result.run, "watch", step=int(step), run_id=self.run_id)
-            self.results.write_shard(result.heads, run)
+            self.results.write_shard(result.heads, run, result.patterns)
             if self.composition:
                 self._compose(model, adapter, result.heads)
         self._runs.append(run.assign(shard=shard_name(self.model_id, name)))
@@ -488,7 +488,7 @@ class Watcher:
             if reached:
                 self._save(model, name, step, tokens, reached)
         self.screen_s += time.perf_counter() - started
-        return ScreenResult(heads=result.heads, run=run)
+        return ScreenResult(heads=result.heads, run=run, patterns=result.patterns)
 
     def _compose(self, model, adapter, heads: pd.DataFrame) -> None:
         """This screen's composition table; at the induction onset (the first screen with an

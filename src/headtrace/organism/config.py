@@ -9,6 +9,7 @@ files, the watcher and the checkpoint sources read these without loading the tra
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +87,19 @@ def checkpoint_steps(steps: int, n: int) -> list[int]:
         return [steps]
     spaced = np.unique(np.round(np.geomspace(1, steps, n)).astype(int))
     return sorted({1, steps, *spaced.tolist()})
+
+
+CAUSAL_REVISIONS = 8  # F8: the checkpoints kept for the final circuit's ablation (a panel's log:8)
+
+
+def causal_steps(config: TrainConfig, n: int = CAUSAL_REVISIONS) -> list[int]:
+    """`n` of the scheduled checkpoint steps, log-spaced from the first to the last (each target in
+    log(step) takes the nearest step): what a trainer with a watcher keeps so F8 can run on them."""
+    planned = config.checkpoint_steps()
+    chosen = {planned[-1]}
+    for target in np.geomspace(planned[0], planned[-1], n):
+        chosen.add(min(planned, key=lambda s: (abs(math.log(s) - math.log(target)), s)))
+    return sorted(chosen)
 
 
 def revision_name(step: int, total_steps: int | None = None) -> str:

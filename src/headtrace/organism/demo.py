@@ -1,5 +1,7 @@
 """`headtrace demo`: train the default organism, screening it as it trains; ablate the final
-checkpoint as a panel, compute the findings and write the report (`run_demo`). Everything is local
+checkpoint as a panel, compute the findings and write the report (`run_demo`). With `causal`
+(`headtrace demo --causal`), the trainer also keeps the checkpoints of F8's subset (config.causal_steps) and the panel
+ablates the final induction circuit at each of them (`final:induction`, F8). Everything is local
 and offline; a second run reuses what is done (the organism when its settings match, shards when
 the screen config matches).
 
@@ -12,13 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import pandas as pd
 
 from headtrace.errors import HeadtraceError
 from headtrace.findings import write_findings
-from headtrace.organism.config import Organism, TrainConfig
+from headtrace.organism.config import CAUSAL_REVISIONS, Organism, TrainConfig, causal_steps
 from headtrace.organism.corpus import CorpusConfig
 from headtrace.organism.recipes import recipe
 from headtrace.panel import load_panel, run_panel
@@ -45,7 +47,8 @@ def demo_screen(corpus: CorpusConfig, n_examples: int = 256) -> ScreenConfig:
     """A small synthetic-induction screen that fits the organism: ids inside its vocabulary (above
     the special tokens), BOS prepended so position 0 is BOS and the length is the training length.
     The baseline is clean: at this length the reference baseline's induction ceiling (62.7x) sits
-    just above the 50x threshold (docs/definitions.md, "The baseline and its ceiling")."""
+    just above the 50x threshold (docs/definitions.md, "The baseline and its ceiling"). The
+    attention of 4 examples is kept for the report's head view."""
     return ScreenConfig.of(
         n_examples=n_examples,
         seq_len=corpus.seq_len - 1,
@@ -54,13 +57,22 @@ def demo_screen(corpus: CorpusConfig, n_examples: int = 256) -> ScreenConfig:
         prepend_bos=True,
         batch_size=64,
         baseline="clean",
+        keep_patterns=min(4, n_examples),
     )
 
 
-def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str], ablation_draws: int = 0) -> str:
+def panel_toml(
+    name: str,
+    screen: ScreenConfig,
+    models: dict[str, str],
+    ablation_draws: int = 0,
+    causal: bool = False,
+    revisions: str = "all",
+) -> str:
     """A panel file screening every checkpoint of each organism (model name -> path, relative);
     with `ablation_draws`, the final checkpoint's induction circuit is ablated against that many
-    matched-random head sets."""
+    matched-random head sets; with `causal` too, the final circuit at each of the ablation's
+    `revisions` (F8: `final:induction`)."""
     defaults = ScreenConfig().to_dict()
     lines = [f'name = "{name}"', "", "[screen]"]
     for key, value in screen.to_dict().items():
@@ -69,7 +81,8 @@ def panel_toml(name: str, screen: ScreenConfig, models: dict[str, str], ablation
     for model, path in models.items():
         lines += ["", "[[models]]", f'id = "{model}"', 'source = "organism"', f'path = "{path}"', 'revisions = "all"']
     if ablation_draws:
-        lines += ["", "[ablation]", 'circuit = "induction"', f"draws = {ablation_draws}", 'revisions = "final"']
+        circuit, where = ("final:induction", revisions) if causal else ("induction", "final")
+        lines += ["", "[ablation]", f'circuit = "{circuit}"', f"draws = {ablation_draws}", f'revisions = "{where}"']
     return "\n".join(lines) + "\n"
 
 
@@ -77,7 +90,12 @@ FAMILY = "organism-dense"  # `headtrace demo --seeds N`: the family's name; memb
 
 
 def family_panel_toml(
-    name: str, screen: ScreenConfig, seeds: list[int], steps: int | None = None, ablation_draws: int = 0
+    name: str,
+    screen: ScreenConfig,
+    seeds: list[int],
+    steps: int | None = None,
+    ablation_draws: int = 0,
+    causal: bool = False,
 ) -> str:
     """A panel over a seed family of the demo's organism (organisms/dense-s{seed}), which `headtrace
     run` trains where missing (`train = true`), so the file alone reproduces the demo."""
@@ -95,7 +113,8 @@ def family_panel_toml(
     if steps is not None:
         lines.append(f"organism = {{ steps = {steps} }}")
     lines += ["", "[composition]", 'revisions = "all"']  # the induction heads' composition, from the weights
-    return panel_toml(name, screen, {}, ablation_draws) + "\n".join(lines) + "\n"
+    selection = f"log:{CAUSAL_REVISIONS}"  # the members save every checkpoint: F8 on log:8 of them
+    return panel_toml(name, screen, {}, ablation_draws, causal, selection) + "\n".join(lines) + "\n"
 
 
 @dataclass
@@ -196,16 +215,17 @@ def check_demo(results: Path, model: str = "organism-dense", onset_selectivity: 
 # --------------------------------------------------------------------------------------------
 # The pipeline.
 
-# (organism, folder, model id, watcher or None): train it there, screening it into the watcher's folder
-Train = Callable[[Organism, Path, str, Watcher | None], object]
+# (organism, folder, model id, watcher or None, steps to keep): train it there, screening it into the
+# watcher's folder and saving the final checkpoint and the kept steps
+Train = Callable[[Organism, Path, str, Watcher | None, Sequence[int]], object]
 RunPanel = Callable[[Path, Path], object]  # (panel file, results folder): run it, training `train = true` entries
 
 
-def train_quietly(organism: Organism, folder: Path, model: str, watch: Watcher | None = None):
+def train_quietly(organism: Organism, folder: Path, model: str, watch: Watcher | None = None, keep: Sequence[int] = ()):
     """`organism.train` without a display (the command line draws its progress bars instead)."""
     from headtrace.organism.trainer import train  # torch, when the demo trains
 
-    return train(folder, organism, watch=watch)
+    return train(folder, organism, watch=watch, keep=keep)
 
 
 @dataclass
@@ -225,6 +245,7 @@ def run_demo(
     n_examples: int = 256,
     seed: int = 0,
     seeds: int | None = None,
+    causal: bool = False,
 ) -> DemoOutcome:
     """The demo, end to end, into OUT (module docstring): each organism trained with a watcher that
     screens it at its checkpoint steps (only the final checkpoint is saved), then the panel of its
@@ -244,19 +265,20 @@ def run_demo(
 
         def run(panel: Path, results: Path):
             return run_panel(
-                load_panel(panel), results, train_one=lambda o, folder, model: train(o, folder, model, None)
+                load_panel(panel), results, train_one=lambda o, folder, model: train(o, folder, model, None, ())
             )
 
     if seeds is None:
         for model, organism in organisms.items():  # screened at its checkpoint steps; only the final one is saved
+            keep = causal_steps(organism.train) if causal else ()
             watch = Watcher(paths.results, model, screen, revisions=None, causal_composition=True)
-            train(organism, paths.organism(model), model, watch)
+            train(organism, paths.organism(model), model, watch, keep)
         models = {m: str(paths.organism(m).relative_to(paths.out)) for m in organisms}
-        paths.panel.write_text(panel_toml("demo", screen, models, ablation_draws=10))
+        paths.panel.write_text(panel_toml("demo", screen, models, ablation_draws=10, causal=causal))
     else:
         paths.out.mkdir(parents=True, exist_ok=True)
         paths.panel.write_text(
-            family_panel_toml("demo", screen, list(range(seed, seed + seeds)), steps, ablation_draws=10)
+            family_panel_toml("demo", screen, list(range(seed, seed + seeds)), steps, ablation_draws=10, causal=causal)
         )
     run(paths.panel, paths.results)
     return DemoOutcome(paths, write_findings(paths.results), build_report(paths.results))

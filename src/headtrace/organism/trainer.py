@@ -9,8 +9,9 @@ exactly the finished checkpoints, all listed and loadable. Same settings and see
 bit-identical checkpoints: the init is seeded and batch k is a pure function of (seed, k).
 
 With a `Watcher` (headtrace.watch; what `headtrace demo` does), each of those steps is screened in
-place instead of saved, and only the final checkpoint is saved (what the ablation needs);
-organism.json lists the screened revisions under "screened".
+place instead of saved, and only the final checkpoint is saved (what the ablation needs), plus the
+scheduled steps given in `keep` (config.causal_steps: what F8 ablates); organism.json lists the
+screened revisions under "screened" and the kept steps under "kept".
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -91,7 +92,7 @@ def _lr_factor(step: int, config: TrainConfig) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None) -> bool:
+def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None, keep: Sequence[int] = ()) -> bool:
     """Make `out` ready; True when it already holds this very organism, complete (nothing to do).
 
     A directory with the same organism.json but unfinished is trained again from scratch (the
@@ -109,7 +110,12 @@ def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None) -> b
                 f"'{out}' is not empty and holds no organism with these settings; pick another --out or delete it"
             )
         screened = [e["revision"] for e in existing.get("screened") or []]
-        if existing.get("complete") and (watch is None or watch.has_screened(screened, existing.get("run_id"))):
+        kept = existing.get("kept", []) == sorted(keep)
+        if (
+            existing.get("complete")
+            and kept
+            and (watch is None or watch.has_screened(screened, existing.get("run_id")))
+        ):
             return True
         for child in out.iterdir():
             if child.is_dir():
@@ -139,6 +145,7 @@ def train(
     on_step: StepCallback | None = None,
     watch: "Watcher | None" = None,
     save: str | None = None,
+    keep: Sequence[int] = (),
 ) -> TrainResult:
     """Train `organism` into `out`; `on_step` is called after every optimiser step.
 
@@ -146,23 +153,29 @@ def train(
     watcher's results folder as training goes; training from scratch, the watcher replaces an
     earlier run's screens of its model (`Watcher.start(overwrite=True)`), and it is closed at the
     end, so that a panel can run on its folder. `save`: "all" checkpoints, or the "final" one
-    (default: "final" with a watcher, else "all")."""
+    (default: "final" with a watcher, else "all"); `keep`: scheduled steps saved as well (a directory
+    trained with other kept steps is trained again)."""
     try:
-        return _train(Path(out), organism, on_step, watch, save)
+        return _train(Path(out), organism, on_step, watch, save, keep)
     finally:
         if watch is not None:
             watch.close()
 
 
 def _train(
-    out: Path, organism: Organism, on_step: StepCallback | None, watch: "Watcher | None", save: str | None
+    out: Path,
+    organism: Organism,
+    on_step: StepCallback | None,
+    watch: "Watcher | None",
+    save: str | None,
+    keep: Sequence[int] = (),
 ) -> TrainResult:
     organism.validate()
     save = save or ("final" if watch is not None else "all")
     if save not in ("all", "final"):
         raise HeadtraceError(f"save must be 'all' or 'final' (got {save!r})")
     result = TrainResult(out=out)
-    if _prepare(out, organism, watch):
+    if _prepare(out, organism, watch, keep):
         result.checkpoints = json.loads((out / REVISIONS_FILE).read_text())
         result.screened = json.loads((out / ORGANISM_FILE).read_text()).get("screened") or []
         result.reused = True
@@ -184,7 +197,7 @@ def _train(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, config))
     saves = set(config.checkpoint_steps())
     loss_drop = LossDropSaves(config.checkpoint_loss_drop)
-    meta = {"organism": organism.to_dict(), "complete": False, "revisions": REVISIONS_FILE}
+    meta = {"organism": organism.to_dict(), "complete": False, "revisions": REVISIONS_FILE, "kept": sorted(keep)}
     if watch is not None:
         watch.prepare(model)  # a setting that does not fit fails now, not after minutes of training
         meta["screened"] = result.screened = watch.screened
@@ -206,7 +219,7 @@ def _train(
         if watch is not None and (checkpoint or watch.due(step)):
             watch.screen(model, step, tokens)
             write_json_atomic(meta, out / ORGANISM_FILE)
-        if checkpoint and (save == "all" or step == config.steps):
+        if checkpoint and (save == "all" or step == config.steps or step in keep):
             meta["complete"] = step == config.steps
             model.eval()
             _save(model, tokenizer, out, revision_name(step, config.steps), step, tokens, result.checkpoints, meta)

@@ -16,9 +16,10 @@ import pandas as pd
 from headtrace.families import Gap, read_gaps
 from headtrace.family_findings import across_seeds, members, summary_numbers
 from headtrace.findings import findings_table
+from headtrace.headview import Results, report_data
 from headtrace.probes import CLASSES
 from headtrace.schema import random_draws_summary
-from headtrace.store import ABLATIONS, ResultsDir
+from headtrace.store import ABLATIONS, ResultsDir, weight_flags
 from headtrace.trajectory import (
     ModelTrajectory,
     TrajectoryConfig,
@@ -49,6 +50,8 @@ class ReportData:
     unfinished: list[str]  # shards with a heads file but no run record
     families: dict[str, dict[int, str]] = field(default_factory=dict)  # family -> {seed: model} (families.py)
     gaps: list[Gap] = field(default_factory=list)  # revisions a family member lacks (from the manifest)
+    head_views: dict[str, dict] = field(default_factory=dict)  # model -> headview.report_data, where patterns were kept
+    flags: dict[tuple[str, str], str] = field(default_factory=dict)  # (model, revision) -> weights warning, suspect
 
     def panel(self, model: str) -> ModelTrajectory:
         return next(p for p in self.panels if p.name == model)
@@ -77,10 +80,13 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
     out = Path(results_dir)
     results = ResultsDir(out)
     heads, runs = results.read()
-    panels = model_trajectories(heads, runs, config)
+    ablations = results.read_ablations()
+    panels = model_trajectories(heads, runs, config, ablations)
     revisions = pd.concat([p.revisions for p in panels], ignore_index=True)
     gaps = read_gaps(out)
     table = findings_table(out, heads, runs, config, gaps)
+    views = Results(heads, runs, results.read_patterns)
+    head_views = {model: report_data(views, model) for model in views.models}
     return ReportData(
         results_dir=out,
         runs=runs,
@@ -89,10 +95,12 @@ def load(results_dir: str | Path, config: TrajectoryConfig = TrajectoryConfig())
         revisions=revisions,
         milestones=milestones(revisions, config),
         findings=table,
-        ablations=results.read_ablations(),
+        ablations=ablations,
         unfinished=results.unfinished_shards(),
         families=members(runs),
         gaps=gaps,
+        head_views={model: view for model, view in head_views.items() if view is not None},
+        flags=weight_flags(out, runs),
     )
 
 
@@ -202,7 +210,8 @@ def timeline(data: ReportData) -> pd.DataFrame:
 
 def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
     """One row per ablation (model, revision, circuit, mode): the deciding metric under each
-    condition, the matched-random seeds' mean and 2.5-97.5 percentile range, and the stored
+    condition (clean_value, circuit_value, layers_value), the matched-random seeds' mean and
+    2.5-97.5 percentile range, and the stored
     differential with its interval and verdict (the matched-random summary is the CLI's too:
     schema.random_draws_summary)."""
     keys = ["model", "revision", "circuit", "mode"]
@@ -216,7 +225,9 @@ def ablation_summary(ablations: pd.DataFrame) -> pd.DataFrame:
         }
         seeds = values["random"]
         mean, low, high = random_draws_summary(seeds)
-        once = {kind: values[kind][0] if len(values[kind]) else np.nan for kind in ("clean", "circuit", "layers")}
+        once = {  # the metric under each single condition; not named after the condition, so `circuit` stays its name
+            f"{kind}_value": values[kind][0] if len(values[kind]) else np.nan for kind in ("clean", "circuit", "layers")
+        }
         rows.append(
             {
                 **dict(zip(keys, key)),

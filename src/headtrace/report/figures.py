@@ -45,6 +45,7 @@ from headtrace.report.data import (
     timeline,
     trajectory_heads,
 )
+from headtrace.finding_kinds import SELECTIVITY_OF_SET
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.registry import Registry
 from headtrace.store import COMPOSITION, ResultsDir, slug
@@ -84,6 +85,7 @@ class Plot:
     note: str = ""  # why the figure is not drawn (figure is None)
     tips: dict[str, list[str]] = field(default_factory=dict)
     beside: bool = False  # the page sets it beside the figure before it
+    heads: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # gid -> (revision, head per shape): clicks
 
     def tip(self, artist, texts: Sequence[str]) -> None:
         gid = f"tip{len(self.tips)}"
@@ -115,6 +117,32 @@ def _use_time_axis(ax: Axes, axis: TimeAxis) -> None:
 
 def _at(axis: TimeAxis, revision: str) -> float:
     return float(axis.x[axis.names.index(revision)])
+
+
+def _mark_flagged(ax: Axes, plot: Plot, data: ReportData, model: str, axis: TimeAxis) -> None:
+    """Red triangles on the time axis at revisions whose weights are in doubt (ReportData.flags)."""
+    shown = [
+        (name, text)
+        for (m, name), text in data.flags.items()
+        if m == model and name in axis.names and axis.drawn[axis.names.index(name)]
+    ]
+    if not shown:
+        return
+    points = ax.scatter(
+        [_at(axis, name) for name, _ in shown],
+        [0.0] * len(shown),
+        marker="^",
+        s=70,
+        color="red",
+        edgecolor="k",
+        linewidth=0.5,
+        zorder=6,
+        clip_on=False,
+        transform=ax.get_xaxis_transform(),
+    )
+    plot.tip(points, [f"{model} · {name}\nweights warning: {text}" for name, text in shown])
+    if "Red triangles" not in plot.caption:
+        plot.caption += " Red triangles: revisions whose weights are in doubt (see Warnings)."
 
 
 def _threshold_line(ax: Axes, value: float, text: str, color: str = "k") -> None:
@@ -213,6 +241,7 @@ def sink_fraction_plot(data: ReportData) -> Plot:
                 for r in curve.itertuples()
             ],
         )
+        _mark_flagged(ax, plot, data, panel.name, axis)
         reached = model_milestones(data, panel.name, SINK_MILESTONE).dropna(subset=["revision"])
         stars = milestone_labels(reached.loc[reached.tokens > 0])
         if len(stars):
@@ -635,7 +664,8 @@ def labels_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
             f"Each head's label at each revision of {panel.name}{shown}: rows are layers (0 at the bottom), columns "
             "heads. A head's label is its best class (largest selectivity of the six classes: attention to the "
             "class's target position over the baseline) when that selectivity is >= "
-            f"{c.thresholds.label_threshold:g}x, else unclassified. Hover a cell for the head's numbers."
+            f"{c.thresholds.label_threshold:g}x, else unclassified. Hover a cell for the head's numbers; click it for "
+            "its attention in the head view below (where the screen kept patterns)."
         ),
     )
     n_layers, n_heads = panel.heads.layer.max() + 1, panel.heads["head"].max() + 1
@@ -653,6 +683,7 @@ def labels_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         mesh = ax.pcolormesh(codes, cmap=cmap, norm=norm, edgecolors="white", linewidth=0.3)
         rows = panel.heads.loc[panel.heads.revision == revision].sort_values(["layer", "head"])  # the mesh's order
         plot.tip(mesh, [_head_tip(r, tokens[revision]) for r in rows.itertuples()])
+        plot.heads[mesh.get_gid()] = (revision, list(rows.head_id))  # a click opens the head view
         ax.set_title(revision_label(revision, tokens[revision]), fontsize=7)
         ax.set_xticks([0.5, n_heads - 0.5], ["0", str(n_heads - 1)], fontsize=6)
         ax.set_yticks([0.5, n_layers - 0.5], ["0", str(n_layers - 1)], fontsize=6)
@@ -713,6 +744,7 @@ def induction_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     plot.caption += _ceiling_line(ax, x, panel.revisions.ceiling_induction.to_numpy(dtype=float)[axis.drawn])
     ax.set_ylabel("induction selectivity (x baseline)")
     _use_time_axis(ax, axis)
+    _mark_flagged(ax, plot, data, panel.name, axis)
     top1 = panel.revisions.top1.to_numpy(dtype=float)[axis.drawn]
     if np.isfinite(top1).any():
         twin = ax.twinx()
@@ -783,6 +815,7 @@ def spectral_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
         twin.axhline(c.thresholds.induction_threshold, color="C3", ls="--", lw=0.8)
         twin.set_ylabel("induction selectivity", color="C3", fontsize=7)
         _use_time_axis(ax, axis)
+        _mark_flagged(ax, plot, data, panel.name, axis)
         ax.set_xlabel("")
         ax.set_ylabel("PR", color="C0")
         marks = numbers.get("heads", {}).get(head)
@@ -852,6 +885,7 @@ def recall_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
     ax.set_ylim(-0.03, 1.08)
     ax.set_ylabel(f"final circuit >= {c.thresholds.induction_threshold:g}x")
     _use_time_axis(ax, axis)
+    _mark_flagged(ax, plot, data, panel.name, axis)
     plot.figure = fig
     return plot
 
@@ -883,7 +917,7 @@ def ablations_plot(data: ReportData) -> Plot:
     axes = fig.subplots(len(summary), 2, squeeze=False, width_ratios=[2.2, 1])
     for (left, right), r in zip(axes, summary.itertuples()):
         names = ["clean", "circuit", "random", "layers"]
-        values = [r.clean, r.circuit, r.random_mean, r.layers]
+        values = [r.clean_value, r.circuit_value, r.random_mean, r.layers_value]
         colors = ["k", "C3", "C0", "0.5"]
         seeds = np.asarray(r.random_seeds, dtype=float)
         left.scatter(seeds, np.full(len(seeds), 2.0) + np.linspace(-0.18, 0.18, len(seeds)), color="0.6", s=6)
@@ -1100,6 +1134,88 @@ def onset_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
 
 
 # --------------------------------------------------------------------------------------------
+# F8: causal emergence.
+
+
+def causal_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
+    """F8: the final circuit's ablation differential and its interval over the revisions ablated,
+    against the circuit's selectivity at every revision screened."""
+    c = data.config
+    row, numbers = finding(data, panel.name, "F8")
+    circuit = numbers.get("circuit", "final:induction")
+    plot = Plot(
+        f"causal-{slug(panel.name)}",
+        f"{panel.name}: when the final circuit becomes necessary (F8)",
+        (
+            f"Points (left axis): the differential of ablating {circuit} (the set's heads at the last revision, "
+            "the same heads at each revision ablated), damage(circuit) - damage(matched-random), with its 95% "
+            "bootstrap interval, in each ablation's deciding metric (top-1, or the loss where the clean top-1 is "
+            "below 0.1: hover a point); red: necessary (interval above 0). Line (right axis, log): the median "
+            "selectivity of those heads at every revision screened; dotted: the threshold. Red band: the bracket "
+            "of the first necessary revision; blue band: the bracket of the induction milestone "
+            f"(>= {c.timing_induction_count} heads at {c.thresholds.induction_threshold:g}x). x: revisions in "
+            f"training order. F8 {row.status}: {row.statement}."
+        ),
+    )
+    if not numbers.get("revisions"):
+        plot.note = row.statement
+        return plot
+    n = len(panel.names)
+    fig = _figure(6.4, 2.9)
+    ax = fig.add_subplot()
+    for key, color in (("necessary", "C3"), ("formed", "C0")):
+        bracket = numbers.get(key)
+        if bracket:
+            ax.axvspan(bracket["previous_index"] + 0.02, bracket["index"], color=color, alpha=0.12, lw=0)
+    x = np.asarray(numbers["index"], dtype=float)
+    point = np.asarray(numbers["differential"], dtype=float)
+    low, high = np.asarray(numbers["differential_low"]), np.asarray(numbers["differential_high"])
+    necessary = np.array([v == "necessary" for v in numbers["verdicts"]])
+    for chosen, color in ((necessary, "C3"), (~necessary, "0.4")):
+        if chosen.any():
+            ax.errorbar(
+                x[chosen],
+                point[chosen],
+                yerr=[point[chosen] - low[chosen], high[chosen] - point[chosen]],
+                fmt="o",
+                color=color,
+                capsize=3,
+                ms=4,
+                zorder=3,
+            )
+    points = ax.scatter(x, point, s=0.01, zorder=4)
+    plot.tip(
+        points,
+        [
+            f"{revision}: differential {d:+.3g} [{lo:+.3g}, {hi:+.3g}] ({metric}), {verdict}"
+            for revision, d, lo, hi, metric, verdict in zip(
+                numbers["revisions"], point, low, high, numbers["decided_by"], numbers["verdicts"]
+            )
+        ],
+    )
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_ylabel("differential (circuit - random)")
+    column = SELECTIVITY_OF_SET.get(circuit.removeprefix("final:"))
+    heads = [h for h in numbers.get("circuit_heads", []) if column]
+    if heads:
+        wide = panel.wide(column).reindex(columns=heads)
+        twin = ax.twinx()
+        median = wide.median(axis=1).clip(lower=1e-3).to_numpy(dtype=float)
+        twin.plot(np.arange(n), median, color="C1", lw=1.2)
+        twin.set_yscale("log")
+        twin.set_ylabel(f"median {column} of the circuit", color="C1")
+        if column == "sel_induction":
+            twin.axhline(c.thresholds.induction_threshold, color="C1", ls=":", lw=1)
+    step = max(1, math.ceil(n / 12))
+    ticks = list(range(0, n, step))
+    ax.set_xticks(ticks, [panel.names[i] for i in ticks], rotation=45, ha="right", fontsize=6.5)
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_xlabel("revision (training order)")
+    plot.figure = fig
+    return plot
+
+
+# --------------------------------------------------------------------------------------------
 # Direct logit attribution of the induction heads, beside their selectivity.
 
 
@@ -1146,16 +1262,16 @@ def dla_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
 
 
 # --------------------------------------------------------------------------------------------
-# F8: the previous-token -> induction link.
+# F9: the previous-token -> induction link.
 
 
 def composition_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
-    """F8: the K-composition matrix of the final induction heads with every earlier head (left),
+    """F9: the K-composition matrix of the final induction heads with every earlier head (left),
     and the strongest previous-token -> induction link over training, with the milestone (right)."""
-    row, numbers = finding(data, panel.name, "F8")
+    row, numbers = finding(data, panel.name, "F9")
     plot = Plot(
         f"composition-{slug(panel.name)}",
-        f"{panel.name}: composition of the induction heads (F8)",
+        f"{panel.name}: composition of the induction heads (F9)",
         (
             "Left: K-composition (Elhage et al. 2021, ||W_QK W_OV|| / (||W_QK|| ||W_OV||), from the weights) of "
             "each induction head at the last revision (rows) with every head of earlier layers (columns); blue, "
@@ -1163,7 +1279,7 @@ def composition_plot(data: ReportData, panel: ModelTrajectory) -> Plot:
             "selectivity when that head alone is ablated, where measured. Rotary embeddings, query/key norms and "
             "input norms are not in these matrices: the scores ignore the rotation. Right: the strongest "
             "K-composition between a previous-token head and an induction head at each revision; shaded: the "
-            "revisions that bracket the link. F8 "
+            "revisions that bracket the link. F9 "
             f"{row.status}: {row.statement}."
         ),
     )
@@ -1257,9 +1373,10 @@ register_figure("F7", onset_plot)
 FIGURES.add("labels", FigureKind(labels_plot))
 FIGURES.add("induction", FigureKind(induction_plot))
 FIGURES.add("dla", FigureKind(dla_plot))
-register_figure("F8", composition_plot)
+register_figure("F9", composition_plot)
 register_figure("F5", spectral_plot)
 register_figure("F4", recall_plot)
+register_figure("F8", causal_plot)
 
 
 def _drawn(data: ReportData, per: str) -> list[FigureKind]:

@@ -47,18 +47,25 @@ def render(plot: Plot, folder: Path) -> str:
     (folder / f"{plot.key}.svg").write_text(svg)
     plot.figure.set_layout_engine("none")  # keep the layout just computed (it does not depend on dpi)
     plot.figure.savefig(folder / f"{plot.key}.png", dpi=200)
-    return inline_svg(svg, plot.key, plot.tips)
+    return inline_svg(svg, plot.key, plot.tips, plot.heads)
 
 
-def inline_svg(svg: str, prefix: str, tips: dict[str, list[str]]) -> str:
-    """An SVG document as page markup: tips attached to their groups, ids prefixed so that figures
-    on one page never share one (matplotlib names clip paths and markers by content hash)."""
+def inline_svg(
+    svg: str, prefix: str, tips: dict[str, list[str]], heads: dict[str, tuple[str, list[str]]] | None = None
+) -> str:
+    """An SVG document as page markup: tips attached to their groups, and the head of each shape
+    where a click opens the head view, ids prefixed so that figures on one page never share one
+    (matplotlib names clip paths and markers by content hash)."""
     svg = svg[svg.index("<svg") :]
     for gid, texts in tips.items():
         anchor = f'id="{gid}"'
         if svg.count(anchor) != 1:
             raise RuntimeError(f"figure {prefix}: {anchor} occurs {svg.count(anchor)} times in its SVG")
-        svg = svg.replace(anchor, f'{anchor} data-tips="{html.escape(json.dumps(texts), quote=True)}"')
+        clicks = ""
+        if heads and gid in heads:
+            revision, names = heads[gid]
+            clicks = f' data-revision="{_e(revision)}" data-heads="{html.escape(json.dumps(names), quote=True)}"'
+        svg = svg.replace(anchor, f'{anchor} data-tips="{html.escape(json.dumps(texts), quote=True)}"{clicks}')
     svg = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', svg)
     svg = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", svg)
     return re.sub(r'href="#([^"]+)"', rf'href="#{prefix}-\1"', svg)
@@ -224,6 +231,37 @@ def _family_count(data: ReportData) -> str:
     return f" ({n} seed {'family' if n == 1 else 'families'})" if n else ""
 
 
+def _head_view(view: dict | None) -> str:
+    """A model's head view: its data for the page's script, which draws the head clicked in the label grid."""
+    if view is None:
+        return (
+            '<div class="headview"><h3>Head view</h3><p class="gap">No attention patterns were kept for this model: '
+            "screen it with --keep-patterns 4 (keep_patterns = 4 in the panel's [screen]) to see its heads' "
+            "attention here.</p></div>"
+        )
+    payload = json.dumps(view, separators=(",", ":")).replace("</", "<\\/")
+    return (
+        '<div class="headview"><h3>Head view</h3><p>Click a cell of the label grid: the head\'s attention from the '
+        "query over the tokens of a probe example, at each revision (slider). Marked: A (the earlier occurrence "
+        "of the query token), B (the token after it, the induction target), the previous token and the first. "
+        "Kept for the heads labelled or in a circuit at some revision.</p>"
+        f'<div class="hv-body"></div><script type="application/json" class="hv-data">{payload}</script></div>'
+    )
+
+
+def _warnings(data: ReportData) -> str:
+    """The Warnings section: revisions whose weights are in doubt, one row each (never dropped)."""
+    if not data.flags:
+        return ""
+    rows = pd.DataFrame([{"model": m, "revision": r, "warning": text} for (m, r), text in sorted(data.flags.items())])
+    return (
+        "<p>Revisions whose weights are in doubt: weight files shared with another revision or equal to the "
+        "final one (the hub's listing), or heads much closer to a far revision than to their neighbours "
+        "(the neighbour check). Their results are kept and marked with red triangles on the trajectory "
+        "figures.</p>" + _table(rows)
+    )
+
+
 def _gaps(gaps: list[str]) -> str:
     return '<ul class="gaps">' + "".join(f"<li>{_e(g)}</li>" for g in gaps) + "</ul>" if gaps else ""
 
@@ -251,7 +289,9 @@ def page(
     models = [p.name for p in data.panels]
     per_model_gaps = {p.name: model_gaps(p, data.config) for p in data.panels}
     missing = _gaps(panel_gaps(data)) + "".join(f"<h3>{_e(m)}</h3>{_gaps(g)}" for m, g in per_model_gaps.items() if g)
+    warnings = _warnings(data)
     nav = ['<a href="#overview">Overview</a>', '<a href="#findings">Findings</a>']
+    nav += ['<a href="#warnings">Warnings</a>'] if warnings else []
     nav += [f'<a href="#model-{slug(m)}">{_e(m)}</a>' for m in models]
     nav += ['<a href="#ablations">Ablations</a>', '<a href="#runs">Runs</a>'] + (
         ['<a href="#missing">Missing</a>'] if missing else []
@@ -260,12 +300,15 @@ def page(
         f'<section id="overview"><h2>Overview</h2>{figures(overview)}</section>',
         f'<section id="findings"><h2>Findings</h2>{_findings(data)}</section>',
     ]
+    if warnings:
+        sections.append(f'<section id="warnings"><h2>Warnings</h2>{warnings}</section>')
     for panel in data.panels:
         names = ", ".join(revision_label(n, t) for n, t in zip(panel.names, panel.tokens))
         sections.append(
             f'<section id="model-{slug(panel.name)}"><h2>{_e(panel.name)}</h2>'
             f"<p>{_count(len(panel.names), 'revision')}: {_e(names)}</p>"
-            f"{_gaps(per_model_gaps[panel.name])}{figures(per_model[panel.name])}</section>"
+            f"{_gaps(per_model_gaps[panel.name])}{figures(per_model[panel.name])}"
+            f"{_head_view(data.head_views.get(panel.name))}</section>"
         )
     sections.append(f'<section id="ablations"><h2>Ablations</h2>{figures([ablation])}</section>')
     sections.append(f'<section id="runs"><h2>Runs</h2>{_metadata(data)}</section>')
