@@ -46,6 +46,7 @@ from headtrace.report.data import (
     trajectory_heads,
 )
 from headtrace.finding_kinds import SELECTIVITY_OF_SET
+from headtrace.headview import LABEL_COLORS
 from headtrace.probes import CLASS_KEYS, CLASSES
 from headtrace.registry import Registry
 from headtrace.store import COMPOSITION, ResultsDir, slug
@@ -60,15 +61,6 @@ STYLE = {
     "xtick.labelsize": 7.5,
     "ytick.labelsize": 7.5,
     "figure.dpi": 100,
-}
-LABEL_COLORS = {
-    "induction": "#d62728",
-    "duplicate-token": "#ff9896",
-    "previous-token": "#1f77b4",
-    "first-token": "#6a3d9a",
-    "self": "#2ca02c",
-    "local": "#bcbd22",
-    "unclassified": "#eeeeee",
 }
 MAX_SPECTRAL_HEADS = 8
 MAX_ANNOTATED_CELLS = 600
