@@ -70,6 +70,7 @@ class Candidate:
     topic_classes: int = 0  # skip corpus: the non-chain draws come from one class (id % topic_classes) per sequence
     switch: bool = False  # skip corpus: the p_bigram step uses next1 or next2 by the parity of x[i-2]
     switch_lags: int = 1  # skip corpus, switch: the parity of x[i-2] + ... + x[i-1-switch_lags]
+    switch_rule: str = "parity"  # parity (of the sum) | majority (more than half of those tokens even)
     # optimiser
     steps: int = 2000
     batch_size: int = 16
@@ -437,6 +438,24 @@ CANDIDATES: dict[str, dict] = {
         "batch_size": 32,
         "steps": 3000,
     },
+    # the switch by the majority parity of x[i-2], x[i-3], x[i-4]: a local-average job at every chain step
+    "major3-80-6x6-rec4x3": {
+        **T64,
+        **U1024,
+        "corpus": "skip",
+        "p_bigram": 0.8,
+        "p_skip": 0.0,
+        "switch": True,
+        "switch_lags": 3,
+        "switch_rule": "majority",
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 32,
+        "steps": 3000,
+    },
     # 50% chain, 30% skip successor of x[i-2] (previous-token heads pay), 20% noise
     "skip80-6x6-rec4x3": {
         **T64,
@@ -632,7 +651,11 @@ class SkipGrammar:
             seq[topical] = rng.choice(topic, int(topical.sum()))
         for i in range(1, length):
             if mode[i] < c.p_bigram and c.switch and i >= 1 + c.switch_lags:
-                parity = int(seq[i - 1 - c.switch_lags : i - 1].sum()) % 2
+                window = seq[i - 1 - c.switch_lags : i - 1]
+                if c.switch_rule == "majority":  # an average over a local window: learnable by one broad head
+                    parity = int(2 * int((window % 2 == 0).sum()) <= c.switch_lags)
+                else:
+                    parity = int(window.sum()) % 2
                 seq[i] = (self.next1 if parity == 0 else self.next2)[seq[i - 1]]
             elif mode[i] < c.p_bigram:
                 seq[i] = self.next1[seq[i - 1]]
