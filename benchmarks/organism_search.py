@@ -43,6 +43,13 @@ class Candidate:
     vocab_size: int = 512
     zipf_exponent: float = 0.5
     seq_len: int = 128  # BOS + 127
+    # bos: every sequence starts with BOS (a fixed first token, found by layer 0 from its embedding);
+    # none: a window of the stream, position 0 holds whatever token the grammar put there (Pythia's
+    # packed training): with rotary positions only, layer 0 cannot tell position 0 from the others
+    first_token: str = "bos"
+    # share of sequences that are the probe's kind: uniform random tokens, the first half repeated
+    # (keeps the synthetic induction probe inside the training distribution)
+    repeat_sequences: float = 0.0
     copy_share: float = 0.10  # share of positions inside copied spans (in a sequence with copies)
     copy_sequences: float = 1.0  # share of sequences with copies
     spans_per_sequence: float | None = None  # copied spans per sequence, on average (None: from copy_share)
@@ -456,6 +463,76 @@ CANDIDATES: dict[str, dict] = {
         "batch_size": 32,
         "steps": 3000,
     },
+    # chain80 on windows of a stream: no fixed first token, so layer 0 (rotary only) cannot find position 0
+    "stream80-6x6-rec4x3": {
+        **T64,
+        **U1024,
+        "corpus": "skip",
+        "first_token": "none",
+        "p_bigram": 0.8,
+        "p_skip": 0.0,
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 32,
+        "steps": 3000,
+    },
+    # the stream with a per-sequence class (broad attention pays: at position 0 a broad head reads only
+    # itself, which later layers can find); and the stream with Gu et al.'s sink-growing weight decay
+    "cstream80-6x6-rec4x3": {
+        **T64,
+        **U1024,
+        "corpus": "skip",
+        "first_token": "none",
+        "p_bigram": 0.8,
+        "p_skip": 0.0,
+        "topic_classes": 8,
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 32,
+        "steps": 3000,
+    },
+    "stream80-wd05-6x6-rec4x3": {
+        **T64,
+        **U1024,
+        "corpus": "skip",
+        "first_token": "none",
+        "p_bigram": 0.8,
+        "p_skip": 0.0,
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 32,
+        "steps": 3000,
+        "weight_decay": 0.5,
+    },
+    # chain80 and stream80 with 5% of the sequences of the probe's kind (the probe stays in distribution)
+    **{
+        f"{kind}80-rep5-6x6-rec4x3": {
+            **T64,
+            **U1024,
+            "corpus": "skip",
+            "first_token": "bos" if kind == "chain" else "none",
+            "repeat_sequences": 0.05,
+            "p_bigram": 0.8,
+            "p_skip": 0.0,
+            "maps_are_permutations": True,
+            "names": 1,
+            "name_len": 4,
+            "recurrences": 3,
+            "lr_schedule": "constant",
+            "batch_size": 32,
+            "steps": 2500,
+        }
+        for kind in ("chain", "stream")
+    },
     # 50% chain, 30% skip successor of x[i-2] (previous-token heads pay), 20% noise
     "skip80-6x6-rec4x3": {
         **T64,
@@ -680,9 +757,13 @@ class Corpus:
     def batch(self, step: int) -> np.ndarray:
         c = self.c
         rng = np.random.default_rng([self.seed, step])
-        body = c.seq_len - 1
+        body = c.seq_len - 1 if c.first_token == "bos" else c.seq_len
         rows = []
         for _ in range(c.batch_size):
+            if c.repeat_sequences and rng.random() < c.repeat_sequences:
+                half = rng.integers(N_SPECIALS, c.vocab_size, size=(body + 1) // 2)
+                rows.append(self.starting(np.concatenate([half, half])[:body]))
+                continue
             if c.corpus == "text":
                 start = int(rng.integers(0, len(self.stream) - body))
                 seq = self.stream[start : start + body].copy()
@@ -694,8 +775,11 @@ class Corpus:
                 place_names(seq, rng, c)
             elif rng.random() < c.copy_sequences:
                 copy_spans(seq, rng, c)
-            rows.append(np.concatenate([[BOS], seq]))
+            rows.append(self.starting(seq))
         return np.stack(rows)
+
+    def starting(self, seq: np.ndarray) -> np.ndarray:
+        return np.concatenate([[BOS], seq]) if self.c.first_token == "bos" else seq
 
 
 # --------------------------------------------------------------------------------------------
@@ -708,17 +792,20 @@ def checkpoint_steps(steps: int) -> list[int]:
 
 
 def screen_config(c: Candidate):
-    """The demo's probe at the corpus's length: the reference baseline where its induction ceiling
-    (108x at T = 127) is at least twice the 50x threshold, else the clean one."""
+    """The demo's probe at the corpus's length, starting as training sequences start: the reference
+    baseline where its induction ceiling (108x at T = 127) is at least twice the 50x threshold, else
+    the clean one."""
     from headtrace.schema import ScreenConfig
 
-    baseline = "reference" if c.seq_len - 1 >= 127 else "clean"
+    bos = c.first_token == "bos"
+    body = c.seq_len - 1 if bos else c.seq_len
+    baseline = "reference" if body >= 127 else "clean"
     return ScreenConfig.of(
         n_examples=256,
-        seq_len=c.seq_len - 1,
+        seq_len=body,
         id_low=N_SPECIALS,
         id_high=c.vocab_size,
-        prepend_bos=True,
+        prepend_bos=bos,
         batch_size=64,
         baseline=baseline,
     )
