@@ -50,6 +50,7 @@ class Candidate:
     # share of sequences that are the probe's kind: uniform random tokens, the first half repeated
     # (keeps the synthetic induction probe inside the training distribution)
     repeat_sequences: float = 0.0
+    bos_share: float = 1.0  # first_token "bos": the share of sequences that start with BOS (the rest: stream windows)
     copy_share: float = 0.10  # share of positions inside copied spans (in a sequence with copies)
     copy_sequences: float = 1.0  # share of sequences with copies
     spans_per_sequence: float | None = None  # copied spans per sequence, on average (None: from copy_share)
@@ -533,6 +534,23 @@ CANDIDATES: dict[str, dict] = {
         }
         for kind in ("chain", "stream")
     },
+    # BOS at position 0 in half of the sequences, the probe's kind in 5%
+    "half80-rep5-6x6-rec4x3": {
+        **T64,
+        **U1024,
+        "corpus": "skip",
+        "bos_share": 0.5,
+        "repeat_sequences": 0.05,
+        "p_bigram": 0.8,
+        "p_skip": 0.0,
+        "maps_are_permutations": True,
+        "names": 1,
+        "name_len": 4,
+        "recurrences": 3,
+        "lr_schedule": "constant",
+        "batch_size": 32,
+        "steps": 2500,
+    },
     # 50% chain, 30% skip successor of x[i-2] (previous-token heads pay), 20% noise
     "skip80-6x6-rec4x3": {
         **T64,
@@ -762,7 +780,7 @@ class Corpus:
         for _ in range(c.batch_size):
             if c.repeat_sequences and rng.random() < c.repeat_sequences:
                 half = rng.integers(N_SPECIALS, c.vocab_size, size=(body + 1) // 2)
-                rows.append(self.starting(np.concatenate([half, half])[:body]))
+                rows.append(self.starting(np.concatenate([half, half])[:body], rng))
                 continue
             if c.corpus == "text":
                 start = int(rng.integers(0, len(self.stream) - body))
@@ -775,11 +793,15 @@ class Corpus:
                 place_names(seq, rng, c)
             elif rng.random() < c.copy_sequences:
                 copy_spans(seq, rng, c)
-            rows.append(self.starting(seq))
+            rows.append(self.starting(seq, rng))
         return np.stack(rows)
 
-    def starting(self, seq: np.ndarray) -> np.ndarray:
-        return np.concatenate([[BOS], seq]) if self.c.first_token == "bos" else seq
+    def starting(self, seq: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if self.c.first_token != "bos":
+            return seq
+        if self.c.bos_share < 1.0 and rng.random() >= self.c.bos_share:
+            return np.concatenate([zipf(rng, self.c, 1), seq])  # a stream window: a noise draw first
+        return np.concatenate([[BOS], seq])
 
 
 # --------------------------------------------------------------------------------------------
