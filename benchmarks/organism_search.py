@@ -88,6 +88,11 @@ class Candidate:
     init_std: float | None = None
     lr_schedule: str = "cosine"  # cosine (to 0.1 x lr at `steps`) | constant (after warm-up)
 
+    @property
+    def body(self) -> int:
+        """Tokens after the first-token slot: the whole sequence when no BOS is placed."""
+        return self.seq_len - 1 if self.first_token == "bos" else self.seq_len
+
 
 T64 = {"seq_len": 64, "vocab_size": 256, "steps": 3000}
 # the tiny recipe's shape and optimiser (3 x 4, d128, wd 0.01, batch 32) on its Zipf background
@@ -105,6 +110,22 @@ TOY3X4 = {
     "batch_size": 32,
 }
 U1024 = {"zipf_exponent": 0.0, "vocab_size": 1024}
+# chain80-6x6-rec4x3: a permutation chain at 80% of positions, uniform noise at 20%, one recurring
+# 4-token name written 3 times per sequence (T = 64), constant learning rate
+CHAIN80_6X6 = {
+    **T64,
+    **U1024,
+    "corpus": "skip",
+    "p_bigram": 0.8,
+    "p_skip": 0.0,
+    "maps_are_permutations": True,
+    "names": 1,
+    "name_len": 4,
+    "recurrences": 3,
+    "lr_schedule": "constant",
+    "batch_size": 32,
+    "steps": 3000,
+}
 CANDIDATES: dict[str, dict] = {
     "text-6x6": {},
     "g2-d96": {
@@ -465,92 +486,16 @@ CANDIDATES: dict[str, dict] = {
         "steps": 3000,
     },
     # chain80 on windows of a stream: no fixed first token, so layer 0 (rotary only) cannot find position 0
-    "stream80-6x6-rec4x3": {
-        **T64,
-        **U1024,
-        "corpus": "skip",
-        "first_token": "none",
-        "p_bigram": 0.8,
-        "p_skip": 0.0,
-        "maps_are_permutations": True,
-        "names": 1,
-        "name_len": 4,
-        "recurrences": 3,
-        "lr_schedule": "constant",
-        "batch_size": 32,
-        "steps": 3000,
-    },
+    "stream80-6x6-rec4x3": {**CHAIN80_6X6, "first_token": "none"},
     # the stream with a per-sequence class (broad attention pays: at position 0 a broad head reads only
     # itself, which later layers can find); and the stream with Gu et al.'s sink-growing weight decay
-    "cstream80-6x6-rec4x3": {
-        **T64,
-        **U1024,
-        "corpus": "skip",
-        "first_token": "none",
-        "p_bigram": 0.8,
-        "p_skip": 0.0,
-        "topic_classes": 8,
-        "maps_are_permutations": True,
-        "names": 1,
-        "name_len": 4,
-        "recurrences": 3,
-        "lr_schedule": "constant",
-        "batch_size": 32,
-        "steps": 3000,
-    },
-    "stream80-wd05-6x6-rec4x3": {
-        **T64,
-        **U1024,
-        "corpus": "skip",
-        "first_token": "none",
-        "p_bigram": 0.8,
-        "p_skip": 0.0,
-        "maps_are_permutations": True,
-        "names": 1,
-        "name_len": 4,
-        "recurrences": 3,
-        "lr_schedule": "constant",
-        "batch_size": 32,
-        "steps": 3000,
-        "weight_decay": 0.5,
-    },
-    # chain80 and stream80 with 5% of the sequences of the probe's kind (the probe stays in distribution)
-    **{
-        f"{kind}80-rep5-6x6-rec4x3": {
-            **T64,
-            **U1024,
-            "corpus": "skip",
-            "first_token": "bos" if kind == "chain" else "none",
-            "repeat_sequences": 0.05,
-            "p_bigram": 0.8,
-            "p_skip": 0.0,
-            "maps_are_permutations": True,
-            "names": 1,
-            "name_len": 4,
-            "recurrences": 3,
-            "lr_schedule": "constant",
-            "batch_size": 32,
-            "steps": 2500,
-        }
-        for kind in ("chain", "stream")
-    },
-    # BOS at position 0 in half of the sequences, the probe's kind in 5%
-    "half80-rep5-6x6-rec4x3": {
-        **T64,
-        **U1024,
-        "corpus": "skip",
-        "bos_share": 0.5,
-        "repeat_sequences": 0.05,
-        "p_bigram": 0.8,
-        "p_skip": 0.0,
-        "maps_are_permutations": True,
-        "names": 1,
-        "name_len": 4,
-        "recurrences": 3,
-        "lr_schedule": "constant",
-        "batch_size": 32,
-        "steps": 2500,
-    },
+    "cstream80-6x6-rec4x3": {**CHAIN80_6X6, "first_token": "none", "topic_classes": 8},
+    "stream80-wd05-6x6-rec4x3": {**CHAIN80_6X6, "first_token": "none", "weight_decay": 0.5},
+    # 5% of the sequences of the probe's kind (the probe stays in distribution): with BOS, without it,
+    # and with BOS at position 0 in half of the sequences
+    "chain80-rep5-6x6-rec4x3": {**CHAIN80_6X6, "repeat_sequences": 0.05, "steps": 2500},
+    "stream80-rep5-6x6-rec4x3": {**CHAIN80_6X6, "first_token": "none", "repeat_sequences": 0.05, "steps": 2500},
+    "half80-rep5-6x6-rec4x3": {**CHAIN80_6X6, "bos_share": 0.5, "repeat_sequences": 0.05, "steps": 2500},
     # 50% chain, 30% skip successor of x[i-2] (previous-token heads pay), 20% noise
     "skip80-6x6-rec4x3": {
         **T64,
@@ -775,7 +720,7 @@ class Corpus:
     def batch(self, step: int) -> np.ndarray:
         c = self.c
         rng = np.random.default_rng([self.seed, step])
-        body = c.seq_len - 1 if c.first_token == "bos" else c.seq_len
+        body = c.body
         rows = []
         for _ in range(c.batch_size):
             if c.repeat_sequences and rng.random() < c.repeat_sequences:
@@ -819,15 +764,13 @@ def screen_config(c: Candidate):
     the clean one."""
     from headtrace.schema import ScreenConfig
 
-    bos = c.first_token == "bos"
-    body = c.seq_len - 1 if bos else c.seq_len
-    baseline = "reference" if body >= 127 else "clean"
+    baseline = "reference" if c.body >= 127 else "clean"
     return ScreenConfig.of(
         n_examples=256,
-        seq_len=body,
+        seq_len=c.body,
         id_low=N_SPECIALS,
         id_high=c.vocab_size,
-        prepend_bos=bos,
+        prepend_bos=c.first_token == "bos",
         batch_size=64,
         baseline=baseline,
     )
