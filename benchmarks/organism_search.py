@@ -79,6 +79,11 @@ class Candidate:
     switch: bool = False  # skip corpus: the p_bigram step uses next1 or next2 by the parity of x[i-2]
     switch_lags: int = 1  # skip corpus, switch: the parity of x[i-2] + ... + x[i-1-switch_lags]
     switch_rule: str = "parity"  # parity (of the sum) | majority (more than half of those tokens even)
+    # skip corpus: with p_lag, x[i] = next1[x[i-k]] ("next1") or x[i-k] ("copy") for a lag k drawn from
+    # `lags`: a fixed-offset head per lag pays at every position (local jobs for the early layers)
+    p_lag: float = 0.0
+    lags: tuple[int, ...] = (2, 3, 4, 5, 6, 7)
+    lag_map: str = "next1"
     # optimiser
     steps: int = 2000
     batch_size: int = 16
@@ -496,6 +501,25 @@ CANDIDATES: dict[str, dict] = {
     "chain80-rep5-6x6-rec4x3": {**CHAIN80_6X6, "repeat_sequences": 0.05, "steps": 2500},
     "stream80-rep5-6x6-rec4x3": {**CHAIN80_6X6, "first_token": "none", "repeat_sequences": 0.05, "steps": 2500},
     "half80-rep5-6x6-rec4x3": {**CHAIN80_6X6, "bos_share": 0.5, "repeat_sequences": 0.05, "steps": 2500},
+    # fifth round: BOS in 80% of the sequences; the stream at Gu et al.'s sink-growing learning rate
+    "bos80-rep5-6x6-rec4x3": {**CHAIN80_6X6, "bos_share": 0.8, "repeat_sequences": 0.05, "steps": 2500},
+    # chain 50%, 30% at fixed lags 2-7 (next1 of x[i-k], or a copy of it), noise 20%: local jobs for layers 0-1
+    "lag30-rep5-6x6-rec4x3": {**CHAIN80_6X6, "p_bigram": 0.5, "p_lag": 0.3, "repeat_sequences": 0.05, "steps": 2500},
+    "lagcopy30-rep5-6x6-rec4x3": {
+        **CHAIN80_6X6,
+        "p_bigram": 0.5,
+        "p_lag": 0.3,
+        "lag_map": "copy",
+        "repeat_sequences": 0.05,
+        "steps": 2500,
+    },
+    "stream80-rep5-lr1e2-6x6-rec4x3": {
+        **CHAIN80_6X6,
+        "first_token": "none",
+        "repeat_sequences": 0.05,
+        "lr": 1e-2,
+        "steps": 2500,
+    },
     # 50% chain, 30% skip successor of x[i-2] (previous-token heads pay), 20% noise
     "skip80-6x6-rec4x3": {
         **T64,
@@ -689,6 +713,7 @@ class SkipGrammar:
             topic = zipf(rng, c, c.topic_size)
             topical = (mode >= c.p_bigram + c.p_skip) & (mode < c.p_bigram + c.p_skip + c.p_topic)
             seq[topical] = rng.choice(topic, int(topical.sum()))
+        lag = rng.choice(c.lags, length) if c.p_lag else None
         for i in range(1, length):
             if mode[i] < c.p_bigram and c.switch and i >= 1 + c.switch_lags:
                 window = seq[i - 1 - c.switch_lags : i - 1]
@@ -701,6 +726,9 @@ class SkipGrammar:
                 seq[i] = self.next1[seq[i - 1]]
             elif mode[i] < c.p_bigram + c.p_skip and i >= 2:
                 seq[i] = self.next2[seq[i - 2]]
+            elif c.p_lag and 0 <= mode[i] - (c.p_bigram + c.p_skip + c.p_topic) < c.p_lag and i >= lag[i]:
+                source = seq[i - lag[i]]
+                seq[i] = source if c.lag_map == "copy" else self.next1[source]
         return seq
 
 
