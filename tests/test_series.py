@@ -157,6 +157,15 @@ def test_a_panel_downloads_each_distinct_weight_file_once_and_takes_identical_ta
     assert printed.exit_code == 0 and "4 revisions to download (22.1 MB), 2 with the same weights" in printed.stdout
     assert not (tmp_path / "out").exists()
 
+    # step4's download starts late, after step3's screen: step3's files wait for it in the cache.
+    fetch = HubSource.fetch
+
+    def late(source, revision, progress=None):
+        if revision.name == "step4":
+            time.sleep(2)
+        return fetch(source, revision, progress)
+
+    monkeypatch.setattr(HubSource, "fetch", late)
     before = len(series_hub.requests)
     outcome = run_panel(panel, tmp_path / "out")
     weights = [r for r in series_hub.requests[before:] if r["method"] == "GET" and r["path"].endswith(".safetensors")]

@@ -119,13 +119,25 @@ def fetch(task: Task, reporter: Reporter) -> Checkpoint | TaskResult:
         return TaskResult(task, error=str(exc), fatal=isinstance(exc, DiskFull))
 
 
-def complete(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter) -> TaskResult:
-    """Run a fetched checkpoint's stages, then release its files (also when they failed)."""
+def complete(
+    task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter, hold: bool = False
+) -> TaskResult:
+    """Run a fetched checkpoint's stages, then release its files (also when they failed). With `hold`,
+    files of a task that ran to its end are left for the caller to `release`."""
     try:
-        return _run_stages(task, checkpoint, settings, reporter)
-    finally:
-        if not settings.keep_checkpoints:
-            task.source.release(checkpoint)
+        result = _run_stages(task, checkpoint, settings, reporter)
+    except BaseException:
+        release(task, checkpoint, settings)
+        raise
+    if not hold:
+        release(task, checkpoint, settings)
+    return result
+
+
+def release(task: Task, checkpoint: Checkpoint, settings: TaskSettings) -> None:
+    """Delete the checkpoint's downloaded files, unless the run keeps checkpoints."""
+    if not settings.keep_checkpoints:
+        task.source.release(checkpoint)
 
 
 def _run_stages(task: Task, checkpoint: Checkpoint, settings: TaskSettings, reporter: Reporter) -> TaskResult:
@@ -246,18 +258,27 @@ def run_local(
     """Run tasks in order here; with `prefetch`, the next one downloads while this one is screened."""
     keep = settings.keep_checkpoints
     ahead = _Prefetch(tasks[0], reporter, keep) if options.prefetch and tasks else None
+    # A screened checkpoint's files stay until the next download ends: weight files the two revisions
+    # share are found in the cache, not downloaded again.
+    held: tuple[Task, Checkpoint] | None = None
     try:
         for index, task in enumerate(tasks):
             checkpoint = ahead.result() if ahead else fetch(task, reporter)
+            if held is not None:
+                release(*held, settings)
+                held = None
             upcoming = tasks[index + 1] if index + 1 < len(tasks) else None
             ahead = _Prefetch(upcoming, reporter, keep) if options.prefetch and upcoming else None
             if isinstance(checkpoint, TaskResult):
                 result = checkpoint
             else:
-                result = complete(task, checkpoint, settings, reporter)
+                result = complete(task, checkpoint, settings, reporter, hold=ahead is not None)
+                held = (task, checkpoint) if ahead is not None else None
             reporter.finished(result)
             yield result
     finally:  # the panel stopped early (a fatal error, Ctrl-C): the next download is not kept
+        if held is not None:
+            release(*held, settings)
         if ahead is not None:
             ahead.abandon()
 
