@@ -507,6 +507,8 @@ CANDIDATES: dict[str, dict] = {
     "half80-rep5-long-6x6-rec4x3": {**CHAIN80_6X6, "bos_share": 0.5, "repeat_sequences": 0.05, "steps": 5000},
     # the stream (no fixed first token) for 6000 steps: do sinks come after the circuit, given data?
     "stream80-rep5-long-6x6-rec4x3": {**CHAIN80_6X6, "first_token": "none", "repeat_sequences": 0.05, "steps": 6000},
+    # 15% probe-kind sequences: does copying keep paying, and the circuit stand, after the chain is learned?
+    "stream80-rep15-6x6-rec4x3": {**CHAIN80_6X6, "first_token": "none", "repeat_sequences": 0.15, "steps": 3500},
     "half80-rep5-wd05-6x6-rec4x3": {
         **CHAIN80_6X6,
         "bos_share": 0.5,
