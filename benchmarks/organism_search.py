@@ -505,10 +505,6 @@ CANDIDATES: dict[str, dict] = {
     "bos80-rep5-6x6-rec4x3": {**CHAIN80_6X6, "bos_share": 0.8, "repeat_sequences": 0.05, "steps": 2500},
     # sixth round: BOS in half of the sequences, trained twice as long, or at Gu et al.'s weight decay
     "half80-rep5-long-6x6-rec4x3": {**CHAIN80_6X6, "bos_share": 0.5, "repeat_sequences": 0.05, "steps": 5000},
-    # the stream (no fixed first token) for 6000 steps: do sinks come after the circuit, given data?
-    "stream80-rep5-long-6x6-rec4x3": {**CHAIN80_6X6, "first_token": "none", "repeat_sequences": 0.05, "steps": 6000},
-    # 15% probe-kind sequences: does copying keep paying, and the circuit stand, after the chain is learned?
-    "stream80-rep15-6x6-rec4x3": {**CHAIN80_6X6, "first_token": "none", "repeat_sequences": 0.15, "steps": 3500},
     "half80-rep5-wd05-6x6-rec4x3": {
         **CHAIN80_6X6,
         "bos_share": 0.5,
@@ -516,6 +512,10 @@ CANDIDATES: dict[str, dict] = {
         "steps": 2500,
         "weight_decay": 0.5,
     },
+    # the stream (no fixed first token) for 6000 steps: do sinks come after the circuit, given data?
+    "stream80-rep5-long-6x6-rec4x3": {**CHAIN80_6X6, "first_token": "none", "repeat_sequences": 0.05, "steps": 6000},
+    # 15% probe-kind sequences: does copying keep paying, and the circuit stand, after the chain is learned?
+    "stream80-rep15-6x6-rec4x3": {**CHAIN80_6X6, "first_token": "none", "repeat_sequences": 0.15, "steps": 3500},
     # chain 50%, 30% at fixed lags 2-7 (next1 of x[i-k], or a copy of it), noise 20%: local jobs for layers 0-1
     "lag30-rep5-6x6-rec4x3": {**CHAIN80_6X6, "p_bigram": 0.5, "p_lag": 0.3, "repeat_sequences": 0.05, "steps": 2500},
     "lagcopy30-rep5-6x6-rec4x3": {
