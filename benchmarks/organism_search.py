@@ -4,10 +4,13 @@ matched-random heads, and print what each run shows against the demo's targets.
 
     python benchmarks/organism_search.py run CANDIDATE --seed 0 --threads 1 --out /tmp/search
     python benchmarks/organism_search.py table --out /tmp/search [--markdown FILE]
+    python benchmarks/organism_search.py copying CANDIDATE /tmp/search/CANDIDATE-s0.pt
 
 `run` writes OUT/CANDIDATE-s{seed}-t{threads}.json (the per-revision trajectory and the final
-figures); `table` prints one row per run found in OUT. Candidates are defined in CANDIDATES below;
-each is a set of overrides of a base recipe, so the table records what each change did.
+figures) and OUT/CANDIDATE-s{seed}.pt (the final weights); `table` prints one row per run found
+in OUT; `copying` shows where the saved weights copy (the probe's random background or the corpus's).
+Candidates are defined in CANDIDATES below; each is a set of overrides of a base recipe, so the
+table records what each change did.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class Candidate:
     # share of sequences that are the probe's kind: uniform random tokens, the first half repeated
     # (keeps the synthetic induction probe inside the training distribution)
     repeat_sequences: float = 0.0
+    # the probe kind's layout: "half" (the first half repeated: a fixed offset copies it) or "spans"
+    # (random spans of 2-8 tokens copied to random places, about a third of the positions: only
+    # induction copies it, in the probe's random background)
+    repeat_kind: str = "half"
     bos_share: float = 1.0  # first_token "bos": the share of sequences that start with BOS (the rest: stream windows)
     copy_share: float = 0.10  # share of positions inside copied spans (in a sequence with copies)
     copy_sequences: float = 1.0  # share of sequences with copies
@@ -75,6 +82,10 @@ class Candidate:
     p_skip: float = 0.3
     maps_are_permutations: bool = False  # skip corpus: next1/next2 are permutations (long deterministic chains)
     p_topic: float = 0.0  # skip corpus: share of positions drawn from the sequence's own topic (topic_size random ids)
+    # skip corpus: with topic_sets, the topic is one of that many fixed disjoint id sets (embeddings learn
+    # membership, so broad attention over the context pays at every topic draw), drawn without replacement
+    # (a topic token recurs only where copied)
+    topic_sets: int = 0
     topic_classes: int = 0  # skip corpus: the non-chain draws come from one class (id % topic_classes) per sequence
     switch: bool = False  # skip corpus: the p_bigram step uses next1 or next2 by the parity of x[i-2]
     switch_lags: int = 1  # skip corpus, switch: the parity of x[i-2] + ... + x[i-1-switch_lags]
@@ -526,6 +537,65 @@ CANDIDATES: dict[str, dict] = {
         "repeat_sequences": 0.05,
         "steps": 2500,
     },
+    # seventh round: a fixed topic (one of 16 disjoint sets of 63 ids) at 25% or 40% of positions, so that
+    # broad attention pays at every position from layer 0 on (grammar-6x6 kept layers 0-1 free that way),
+    # with the chain and noise around it and the recurring name for copying
+    **{
+        f"topic{int(t * 100)}-6x6-rec4x3": {
+            **CHAIN80_6X6,
+            "p_bigram": 0.85 - t,
+            "p_topic": t,
+            "topic_sets": 16,
+            "steps": 3000,
+        }
+        for t in (0.25, 0.40)
+    },
+    # the probe kind as the probe is: copies at random offsets in a random background (not a fixed period)
+    "stream80-spans10-6x6-rec4x3": {
+        **CHAIN80_6X6,
+        "first_token": "none",
+        "repeat_sequences": 0.10,
+        "repeat_kind": "spans",
+        "steps": 3500,
+    },
+    # the stream at T = 128 (Barbero et al. 2025: longer contexts mix more, and sinks grow with length),
+    # batch 16 (the same tokens a step), two names so that copies stay at about 10% of positions
+    "stream80-t128-spans10-6x6-rec4x3": {
+        **CHAIN80_6X6,
+        "first_token": "none",
+        "seq_len": 128,
+        "batch_size": 16,
+        "names": 2,
+        "repeat_sequences": 0.10,
+        "repeat_kind": "spans",
+        "steps": 4000,
+    },
+    "stream80-spans10-long-6x6-rec4x3": {
+        **CHAIN80_6X6,
+        "first_token": "none",
+        "repeat_sequences": 0.10,
+        "repeat_kind": "spans",
+        "steps": 6000,
+    },
+    # rotary on a quarter of each head's dims, as Pythia (local attention is no longer the free default)
+    "stream80-spans10-rot25-6x6-rec4x3": {
+        **CHAIN80_6X6,
+        "rotary_pct": 0.25,
+        "first_token": "none",
+        "repeat_sequences": 0.10,
+        "repeat_kind": "spans",
+        "steps": 3500,
+    },
+    # the stream at 8 layers (Barbero et al. 2025: deeper models mix more, and sinks grow with depth)
+    "stream80-spans10-8x6-rec4x3": {
+        **CHAIN80_6X6,
+        "n_layers": 8,
+        "first_token": "none",
+        "repeat_sequences": 0.10,
+        "repeat_kind": "spans",
+        "steps": 3500,
+    },
+    "chain80-spans10-6x6-rec4x3": {**CHAIN80_6X6, "repeat_sequences": 0.10, "repeat_kind": "spans", "steps": 3000},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
@@ -711,6 +781,10 @@ class SkipGrammar:
         else:
             self.next1 = rng.integers(N_SPECIALS, c.vocab_size, size=c.vocab_size)
             self.next2 = rng.integers(N_SPECIALS, c.vocab_size, size=c.vocab_size)
+        if c.topic_sets:
+            ids = rng.permutation(np.arange(N_SPECIALS, c.vocab_size))
+            size = len(ids) // c.topic_sets
+            self.topic_sets = ids[: size * c.topic_sets].reshape(c.topic_sets, size)
         self.c = c
 
     def sequence(self, rng: np.random.Generator, length: int) -> np.ndarray:
@@ -723,9 +797,14 @@ class SkipGrammar:
             seq[seq < N_SPECIALS] += c.topic_classes
         mode = rng.random(length)
         if c.p_topic:
-            topic = zipf(rng, c, c.topic_size)
             topical = (mode >= c.p_bigram + c.p_skip) & (mode < c.p_bigram + c.p_skip + c.p_topic)
-            seq[topical] = rng.choice(topic, int(topical.sum()))
+            if c.topic_sets:
+                topic = self.topic_sets[rng.integers(c.topic_sets)]
+                n = int(topical.sum())
+                seq[topical] = rng.choice(topic, n, replace=n > len(topic))
+            else:
+                topic = zipf(rng, c, c.topic_size)
+                seq[topical] = rng.choice(topic, int(topical.sum()))
         lag = rng.choice(c.lags, length) if c.p_lag else None
         for i in range(1, length):
             if mode[i] < c.p_bigram and c.switch and i >= 1 + c.switch_lags:
@@ -765,8 +844,7 @@ class Corpus:
         rows = []
         for _ in range(c.batch_size):
             if c.repeat_sequences and rng.random() < c.repeat_sequences:
-                half = rng.integers(N_SPECIALS, c.vocab_size, size=(body + 1) // 2)
-                rows.append(self.starting(np.concatenate([half, half])[:body], rng))
+                rows.append(self.starting(self.probe_kind(rng, body), rng))
                 continue
             if c.corpus == "text":
                 start = int(rng.integers(0, len(self.stream) - body))
@@ -781,6 +859,18 @@ class Corpus:
                 copy_spans(seq, rng, c)
             rows.append(self.starting(seq, rng))
         return np.stack(rows)
+
+    def probe_kind(self, rng: np.random.Generator, body: int) -> np.ndarray:
+        if self.c.repeat_kind == "half":
+            half = rng.integers(N_SPECIALS, self.c.vocab_size, size=(body + 1) // 2)
+            return np.concatenate([half, half])[:body]
+        seq = rng.integers(N_SPECIALS, self.c.vocab_size, size=body)
+        for _ in range(max(1, round(body / 3 / 5))):
+            length = int(rng.integers(2, 9))
+            source = int(rng.integers(0, body - 2 * length + 1))
+            dest = int(rng.integers(source + length, body - length + 1))
+            seq[dest : dest + length] = seq[source : source + length]
+        return seq
 
     def starting(self, seq: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if self.c.first_token != "bos":
@@ -1068,6 +1158,57 @@ def statistics(name: str, seed: int = 0, batches: int = 12) -> dict:
     }
 
 
+def copying(name: str, weights: Path, n: int = 256, seed: int = 7) -> dict[str, tuple[float, float]]:
+    """Where does a trained candidate copy? Top-1 of the copied token, and of the chain's next1 of the
+    current token, at the last position after a match of 1, 2 or 4 tokens placed earlier, in the
+    probe's random background and in the corpus's own; and at the second half of a "half" sequence."""
+    import torch
+
+    from headtrace.organism.recipes import Recipe, build_model
+
+    c = candidate(name)
+    model = build_model(
+        Recipe(n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_mlp=c.d_mlp, rotary_pct=c.rotary_pct),
+        c.vocab_size,
+        context=2 * c.seq_len,
+    )
+    model.load_state_dict(torch.load(weights))
+    model.eval()
+    grammar = SkipGrammar(c)
+    rng = np.random.default_rng(seed)
+    T, lo, hi = c.body, N_SPECIALS, c.vocab_size
+
+    def top1(ids: np.ndarray, pos: np.ndarray, answer: np.ndarray) -> tuple[float, float]:
+        current = ids[np.arange(len(ids))[:, None], pos]
+        if c.first_token == "bos":
+            ids, pos = np.concatenate([np.full((len(ids), 1), BOS), ids], axis=1), pos + 1
+        with torch.no_grad():
+            logits = model(input_ids=torch.from_numpy(ids)).logits
+        predicted = logits[np.arange(len(ids))[:, None], torch.from_numpy(pos)].argmax(-1).numpy()
+        return float((predicted == answer).mean()), float((predicted == grammar.next1[current]).mean())
+
+    rows = {}
+    for background in ("random", "corpus"):
+        for match in (1, 2, 4):
+            if background == "random":
+                ids = rng.integers(lo, hi, (n, T))
+            else:
+                ids = np.stack([grammar.sequence(rng, T) for _ in range(n)])
+            earlier = rng.integers(8, T // 2, n)
+            answer = np.empty(n, dtype=np.int64)
+            for r in range(n):
+                span = rng.integers(lo, hi, match + 1)
+                ids[r, earlier[r] - match + 1 : earlier[r] + 2] = span
+                ids[r, T - match :] = span[:match]
+                answer[r] = span[-1]
+            rows[f"{background} background, match {match}"] = top1(ids, np.full((n, 1), T - 1), answer[:, None])
+    half = (T + 1) // 2
+    ids = rng.integers(lo, hi, (n, half))
+    ids = np.concatenate([ids, ids], axis=1)[:, :T]
+    rows["first half repeated"] = top1(ids, np.tile(np.arange(half, T - 1), (n, 1)), ids[:, half + 1 : T])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -1078,6 +1219,9 @@ def main() -> None:
     r.add_argument("--out", type=Path, default=Path("organism-search"))
     st = sub.add_parser("stats")
     st.add_argument("candidate", choices=sorted(CANDIDATES))
+    cp = sub.add_parser("copying", help="top-1 of copies on probe variants, for a run's saved weights")
+    cp.add_argument("candidate", choices=sorted(CANDIDATES))
+    cp.add_argument("weights", type=Path)
     t = sub.add_parser("table")
     t.add_argument("--out", type=Path, default=Path("organism-search"))
     t.add_argument("--markdown", type=Path, default=None)
@@ -1086,6 +1230,9 @@ def main() -> None:
         run(args.candidate, args.seed, args.threads, args.out)
     elif args.command == "stats":
         print(args.candidate, statistics(args.candidate))
+    elif args.command == "copying":
+        for row, (copied, chain) in copying(args.candidate, args.weights).items():
+            print(f"{row:32s} copied {copied:.2f}  chain's next {chain:.2f}")
     else:
         table(args.out, args.markdown)
 
