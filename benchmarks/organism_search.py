@@ -586,6 +586,23 @@ CANDIDATES: dict[str, dict] = {
         "repeat_kind": "spans",
         "steps": 3500,
     },
+    # Gu et al.'s sink levers on the stream with probe-kind spans: weight decay 0.3, learning rate 6e-3
+    "stream80-spans10-wd03-6x6-rec4x3": {
+        **CHAIN80_6X6,
+        "first_token": "none",
+        "repeat_sequences": 0.10,
+        "repeat_kind": "spans",
+        "weight_decay": 0.3,
+        "steps": 3500,
+    },
+    "stream80-spans10-lr6e3-6x6-rec4x3": {
+        **CHAIN80_6X6,
+        "first_token": "none",
+        "repeat_sequences": 0.10,
+        "repeat_kind": "spans",
+        "lr": 6e-3,
+        "steps": 3500,
+    },
     # the stream at 8 layers (Barbero et al. 2025: deeper models mix more, and sinks grow with depth)
     "stream80-spans10-8x6-rec4x3": {
         **CHAIN80_6X6,
