@@ -142,6 +142,8 @@ CHAIN80_6X6 = {
     "batch_size": 32,
     "steps": 3000,
 }
+# the stream (no fixed first token) with 10% probe-kind sequences drawn as the probe is
+STREAM80_SPANS10 = {**CHAIN80_6X6, "first_token": "none", "repeat_sequences": 0.10, "repeat_kind": "spans"}
 CANDIDATES: dict[str, dict] = {
     "text-6x6": {},
     "g2-d96": {
@@ -552,10 +554,7 @@ CANDIDATES: dict[str, dict] = {
     },
     # the probe kind as the probe is: copies at random offsets in a random background (not a fixed period)
     "stream80-spans10-6x6-rec4x3": {
-        **CHAIN80_6X6,
-        "first_token": "none",
-        "repeat_sequences": 0.10,
-        "repeat_kind": "spans",
+        **STREAM80_SPANS10,
         "steps": 3500,
     },
     # the stream at T = 128 (Barbero et al. 2025: longer contexts mix more, and sinks grow with length),
@@ -571,10 +570,7 @@ CANDIDATES: dict[str, dict] = {
         "steps": 4000,
     },
     "stream80-spans10-long-6x6-rec4x3": {
-        **CHAIN80_6X6,
-        "first_token": "none",
-        "repeat_sequences": 0.10,
-        "repeat_kind": "spans",
+        **STREAM80_SPANS10,
         "steps": 6000,
     },
     # rotary on a quarter of each head's dims, as Pythia (local attention is no longer the free default)
@@ -588,18 +584,12 @@ CANDIDATES: dict[str, dict] = {
     },
     # Gu et al.'s sink levers on the stream with probe-kind spans: weight decay 0.3, learning rate 6e-3
     "stream80-spans10-wd03-6x6-rec4x3": {
-        **CHAIN80_6X6,
-        "first_token": "none",
-        "repeat_sequences": 0.10,
-        "repeat_kind": "spans",
+        **STREAM80_SPANS10,
         "weight_decay": 0.3,
         "steps": 3500,
     },
     "stream80-spans10-lr6e3-6x6-rec4x3": {
-        **CHAIN80_6X6,
-        "first_token": "none",
-        "repeat_sequences": 0.10,
-        "repeat_kind": "spans",
+        **STREAM80_SPANS10,
         "lr": 6e-3,
         "steps": 3500,
     },
