@@ -557,6 +557,32 @@ CANDIDATES: dict[str, dict] = {
         **STREAM80_SPANS10,
         "steps": 3500,
     },
+    # the stream with less noise: the chain fills 90% or 98% of positions, so heads fall idle sooner
+    # (with BOS, the 98% chain gave 44-67% sinks by 2M tokens; the spans keep the probe's circuit)
+    "stream90-spans10-6x6-rec4x3": {**STREAM80_SPANS10, "p_bigram": 0.9, "steps": 3500},
+    "stream98-spans10-6x6-rec4x3": {**STREAM80_SPANS10, "p_bigram": 0.98, "steps": 3500},
+    # BOS, and a job for every early head: a per-sequence bag of ids (a random topic of 32 or 24 ids, drawn
+    # with replacement at 40% or 25% of positions). Predicting a topic draw pays for boosting every id seen
+    # so far, a broad copy that uses the full rank of a layer's heads (grammar-6x6's topic kept layers 0-1
+    # broad and free of sinks while layers 2-5 sank)
+    "bag40-spans10-6x6-rec4x3": {
+        **CHAIN80_6X6,
+        "p_bigram": 0.5,
+        "p_topic": 0.4,
+        "topic_size": 32,
+        "repeat_sequences": 0.10,
+        "repeat_kind": "spans",
+        "steps": 3500,
+    },
+    "bag25-spans10-6x6-rec4x3": {
+        **CHAIN80_6X6,
+        "p_bigram": 0.65,
+        "p_topic": 0.25,
+        "topic_size": 24,
+        "repeat_sequences": 0.10,
+        "repeat_kind": "spans",
+        "steps": 3500,
+    },
     # the stream at T = 128 (Barbero et al. 2025: longer contexts mix more, and sinks grow with length),
     # batch 16 (the same tokens a step), two names so that copies stay at about 10% of positions
     "stream80-t128-spans10-6x6-rec4x3": {
