@@ -599,6 +599,8 @@ CANDIDATES: dict[str, dict] = {
         **STREAM80_SPANS10,
         "steps": 6000,
     },
+    # how far the stream's sinks go in 13000 steps (about 27M tokens): do they reach half the heads at all?
+    "stream80-spans10-xlong-6x6-rec4x3": {**STREAM80_SPANS10, "steps": 13000},
     # rotary on a quarter of each head's dims, as Pythia (local attention is no longer the free default)
     "stream80-spans10-rot25-6x6-rec4x3": {
         **CHAIN80_6X6,
