@@ -142,8 +142,10 @@ CHAIN80_6X6 = {
     "batch_size": 32,
     "steps": 3000,
 }
-# the stream (no fixed first token) with 10% probe-kind sequences drawn as the probe is
-STREAM80_SPANS10 = {**CHAIN80_6X6, "first_token": "none", "repeat_sequences": 0.10, "repeat_kind": "spans"}
+# 10% of the sequences of the probe's kind, drawn as the probe is
+CHAIN80_SPANS10 = {**CHAIN80_6X6, "repeat_sequences": 0.10, "repeat_kind": "spans"}
+# the same as a stream (no fixed first token)
+STREAM80_SPANS10 = {**CHAIN80_SPANS10, "first_token": "none"}
 CANDIDATES: dict[str, dict] = {
     "text-6x6": {},
     "g2-d96": {
@@ -566,33 +568,26 @@ CANDIDATES: dict[str, dict] = {
     # so far, a broad copy that uses the full rank of a layer's heads (grammar-6x6's topic kept layers 0-1
     # broad and free of sinks while layers 2-5 sank)
     "bag40-spans10-6x6-rec4x3": {
-        **CHAIN80_6X6,
+        **CHAIN80_SPANS10,
         "p_bigram": 0.5,
         "p_topic": 0.4,
         "topic_size": 32,
-        "repeat_sequences": 0.10,
-        "repeat_kind": "spans",
         "steps": 3500,
     },
     "bag25-spans10-6x6-rec4x3": {
-        **CHAIN80_6X6,
+        **CHAIN80_SPANS10,
         "p_bigram": 0.65,
         "p_topic": 0.25,
         "topic_size": 24,
-        "repeat_sequences": 0.10,
-        "repeat_kind": "spans",
         "steps": 3500,
     },
     # the stream at T = 128 (Barbero et al. 2025: longer contexts mix more, and sinks grow with length),
     # batch 16 (the same tokens a step), two names so that copies stay at about 10% of positions
     "stream80-t128-spans10-6x6-rec4x3": {
-        **CHAIN80_6X6,
-        "first_token": "none",
+        **STREAM80_SPANS10,
         "seq_len": 128,
         "batch_size": 16,
         "names": 2,
-        "repeat_sequences": 0.10,
-        "repeat_kind": "spans",
         "steps": 4000,
     },
     "stream80-spans10-long-6x6-rec4x3": {
@@ -603,11 +598,8 @@ CANDIDATES: dict[str, dict] = {
     "stream80-spans10-xlong-6x6-rec4x3": {**STREAM80_SPANS10, "steps": 13000},
     # rotary on a quarter of each head's dims, as Pythia (local attention is no longer the free default)
     "stream80-spans10-rot25-6x6-rec4x3": {
-        **CHAIN80_6X6,
+        **STREAM80_SPANS10,
         "rotary_pct": 0.25,
-        "first_token": "none",
-        "repeat_sequences": 0.10,
-        "repeat_kind": "spans",
         "steps": 3500,
     },
     # Gu et al.'s sink levers on the stream with probe-kind spans: weight decay 0.3, learning rate 6e-3
@@ -623,14 +615,11 @@ CANDIDATES: dict[str, dict] = {
     },
     # the stream at 8 layers (Barbero et al. 2025: deeper models mix more, and sinks grow with depth)
     "stream80-spans10-8x6-rec4x3": {
-        **CHAIN80_6X6,
+        **STREAM80_SPANS10,
         "n_layers": 8,
-        "first_token": "none",
-        "repeat_sequences": 0.10,
-        "repeat_kind": "spans",
         "steps": 3500,
     },
-    "chain80-spans10-6x6-rec4x3": {**CHAIN80_6X6, "repeat_sequences": 0.10, "repeat_kind": "spans", "steps": 3000},
+    "chain80-spans10-6x6-rec4x3": {**CHAIN80_SPANS10, "steps": 3000},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
