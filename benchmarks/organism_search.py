@@ -590,6 +590,19 @@ CANDIDATES: dict[str, dict] = {
         "names": 2,
         "steps": 4000,
     },
+    # ninth round: Barbero et al. 2025 (sinks grow with context length) at T = 128 and 256, the same tokens a
+    # step, with twice the probe-kind sequences (the longer context slowed induction at 10%)
+    **{
+        f"stream80-t{t}-spans20-6x6-rec4x3": {
+            **STREAM80_SPANS10,
+            "seq_len": t,
+            "batch_size": 2048 // t,
+            "names": t // 64,
+            "repeat_sequences": 0.20,
+            "steps": 3500,
+        }
+        for t in (128, 256)
+    },
     "stream80-spans10-long-6x6-rec4x3": {
         **STREAM80_SPANS10,
         "steps": 6000,
@@ -620,6 +633,25 @@ CANDIDATES: dict[str, dict] = {
         "steps": 3500,
     },
     "chain80-spans10-6x6-rec4x3": {**CHAIN80_SPANS10, "steps": 3000},
+    # ninth round: grammar-6x6's corpus (BOS; a per-sequence topic keeps layers 0-1 broad, the only BOS
+    # recipe whose layers 0-1 never sank) with 10% probe-kind sequences, which taught the stream its circuit
+    "grammar-spans10-6x6": {"corpus": "grammar", "repeat_sequences": 0.10, "repeat_kind": "spans", "steps": 3500},
+    "grammar64-spans10-6x6": {
+        "corpus": "grammar",
+        "repeat_sequences": 0.10,
+        "repeat_kind": "spans",
+        "seq_len": 64,
+        "batch_size": 32,
+        "steps": 3500,
+    },
+    "grammar64-spans20-6x6": {
+        "corpus": "grammar",
+        "repeat_sequences": 0.20,
+        "repeat_kind": "spans",
+        "seq_len": 64,
+        "batch_size": 32,
+        "steps": 3500,
+    },
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
