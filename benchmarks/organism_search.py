@@ -146,6 +146,8 @@ CHAIN80_6X6 = {
 CHAIN80_SPANS10 = {**CHAIN80_6X6, "repeat_sequences": 0.10, "repeat_kind": "spans"}
 # the same as a stream (no fixed first token)
 STREAM80_SPANS10 = {**CHAIN80_SPANS10, "first_token": "none"}
+# grammar-6x6's corpus (topic and order-2 grammar, BOS) with probe-kind sequences (their share set per candidate)
+GRAMMAR_SPANS = {"corpus": "grammar", "repeat_kind": "spans", "steps": 3500}
 CANDIDATES: dict[str, dict] = {
     "text-6x6": {},
     "g2-d96": {
@@ -635,22 +637,15 @@ CANDIDATES: dict[str, dict] = {
     "chain80-spans10-6x6-rec4x3": {**CHAIN80_SPANS10, "steps": 3000},
     # ninth round: grammar-6x6's corpus (BOS; a per-sequence topic keeps layers 0-1 broad, the only BOS
     # recipe whose layers 0-1 never sank) with 10% probe-kind sequences, which taught the stream its circuit
-    "grammar-spans10-6x6": {"corpus": "grammar", "repeat_sequences": 0.10, "repeat_kind": "spans", "steps": 3500},
-    "grammar64-spans10-6x6": {
-        "corpus": "grammar",
-        "repeat_sequences": 0.10,
-        "repeat_kind": "spans",
-        "seq_len": 64,
-        "batch_size": 32,
-        "steps": 3500,
-    },
-    "grammar64-spans20-6x6": {
-        "corpus": "grammar",
-        "repeat_sequences": 0.20,
-        "repeat_kind": "spans",
-        "seq_len": 64,
-        "batch_size": 32,
-        "steps": 3500,
+    "grammar-spans10-6x6": {**GRAMMAR_SPANS, "repeat_sequences": 0.10},
+    **{
+        f"grammar64-spans{round(share * 100)}-6x6": {
+            **GRAMMAR_SPANS,
+            "repeat_sequences": share,
+            "seq_len": 64,
+            "batch_size": 32,
+        }
+        for share in (0.10, 0.20)
     },
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
