@@ -635,8 +635,8 @@ CANDIDATES: dict[str, dict] = {
         "steps": 3500,
     },
     "chain80-spans10-6x6-rec4x3": {**CHAIN80_SPANS10, "steps": 3000},
-    # ninth round: grammar-6x6's corpus (BOS; a per-sequence topic keeps layers 0-1 broad, the only BOS
-    # recipe whose layers 0-1 never sank) with 10% probe-kind sequences, which taught the stream its circuit
+    # ninth round: the only BOS corpus whose layers 0-1 never sank (its topic keeps them broad), with the
+    # probe-kind sequences that taught the stream its circuit (10% or 20%)
     "grammar-spans10-6x6": {**GRAMMAR_SPANS, "repeat_sequences": 0.10},
     **{
         f"grammar64-spans{round(share * 100)}-6x6": {
