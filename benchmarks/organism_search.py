@@ -42,7 +42,7 @@ class Candidate:
     d_mlp: int = 384
     rotary_pct: float = 1.0
     # corpus
-    corpus: str = "text"  # text | grammar | zipf (the tiny recipe's background) | classes | skip
+    corpus: str = "text"  # text | grammar | zipf (the tiny recipe's background) | classes | skip | words
     vocab_size: int = 512
     zipf_exponent: float = 0.5
     seq_len: int = 128  # BOS + 127
@@ -95,6 +95,11 @@ class Candidate:
     p_lag: float = 0.0
     lags: tuple[int, ...] = (2, 3, 4, 5, 6, 7)
     lag_map: str = "next1"
+    # words corpus: a lexicon of `n_words` words, each spelt as a start id (even) and word_min-1 to
+    # word_max-1 continuation ids (odd), chained at the word level as the skip corpus chains ids
+    n_words: int = 1024
+    word_min: int = 2
+    word_max: int = 4
     # optimiser
     steps: int = 2000
     batch_size: int = 16
@@ -647,6 +652,23 @@ CANDIDATES: dict[str, dict] = {
         }
         for share in (0.10, 0.20)
     },
+    # tenth round: words spelt in sub-tokens (BOS), so that the early layers have local work at every
+    # position (finding the word's start and reading its spelling, as real models' first layers
+    # detokenise) while the chain of words and the copies are learned as the chain of ids was
+    **{
+        f"words80-l{lo}{hi}-spans10-6x6-rec4x3": {
+            **CHAIN80_SPANS10,
+            "corpus": "words",
+            "word_min": lo,
+            "word_max": hi,
+            "steps": 3500,
+        }
+        for lo, hi in ((2, 4), (1, 3))
+    },
+    # layer 0 sinks only after the circuit forms: without weight decay (Gu et al.: sinks grow with it), and
+    # as a stream (no fixed first token; do the early layers' local work let later layers find position 0?)
+    "words80-l24-wd0-spans10-6x6-rec4x3": {**CHAIN80_SPANS10, "corpus": "words", "weight_decay": 0.0, "steps": 3500},
+    "wstream80-l24-spans10-6x6-rec4x3": {**STREAM80_SPANS10, "corpus": "words", "steps": 3500},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
@@ -875,6 +897,32 @@ class SkipGrammar:
         return seq
 
 
+class WordGrammar:
+    """Words spelt in sub-tokens, as BPE spells text: the word sequence is the chain w[j] = next1[w[j-1]]
+    with p_bigram, else a uniform random word. Predicting a continuation needs the word's earlier
+    sub-tokens, and the next word's start needs the whole current word: local jobs for the early
+    layers at every position."""
+
+    def __init__(self, c: Candidate, seed: int = 1234):
+        rng = np.random.default_rng(seed)
+        ids = np.arange(N_SPECIALS, c.vocab_size)
+        starts, continuations = ids[ids % 2 == 0], ids[ids % 2 == 1]
+        lengths = rng.integers(c.word_min, c.word_max + 1, size=c.n_words)
+        self.spellings = [np.concatenate([rng.choice(starts, 1), rng.choice(continuations, n - 1)]) for n in lengths]
+        self.next1 = rng.permutation(c.n_words)
+        self.c = c
+
+    def sequence(self, rng: np.random.Generator, length: int) -> np.ndarray:
+        follow = rng.random(length + 1) < self.c.p_bigram
+        word = int(rng.integers(self.c.n_words))
+        words, n = [], 0
+        while n < length:
+            words.append(self.spellings[word])
+            n += len(words[-1])
+            word = int(self.next1[word]) if follow[len(words)] else int(rng.integers(self.c.n_words))
+        return np.concatenate(words)[:length]
+
+
 class Corpus:
     def __init__(self, c: Candidate, seed: int):
         self.c, self.seed = c, seed
@@ -887,6 +935,8 @@ class Corpus:
             self.grammar = ClassGrammar(c)
         elif c.corpus == "skip":
             self.grammar = SkipGrammar(c)
+        elif c.corpus == "words":
+            self.grammar = WordGrammar(c)
 
     def batch(self, step: int) -> np.ndarray:
         c = self.c
@@ -900,7 +950,7 @@ class Corpus:
             if c.corpus == "text":
                 start = int(rng.integers(0, len(self.stream) - body))
                 seq = self.stream[start : start + body].copy()
-            elif c.corpus in ("grammar", "classes", "skip"):
+            elif c.corpus in ("grammar", "classes", "skip", "words"):
                 seq = self.grammar.sequence(rng, body)
             else:
                 seq = zipf(rng, c, body)
