@@ -36,6 +36,7 @@ N_SPECIALS = 3
 @dataclass(frozen=True)
 class Candidate:
     # shape
+    arch: str = "dense"  # dense (GPT-NeoX: parallel attention and MLP) | llama (sequential blocks)
     n_layers: int = 6
     n_heads: int = 6
     d_model: int = 192
@@ -669,6 +670,9 @@ CANDIDATES: dict[str, dict] = {
     # as a stream (no fixed first token; do the early layers' local work let later layers find position 0?)
     "words80-l24-wd0-spans10-6x6-rec4x3": {**CHAIN80_SPANS10, "corpus": "words", "weight_decay": 0.0, "steps": 3500},
     "wstream80-l24-spans10-6x6-rec4x3": {**STREAM80_SPANS10, "corpus": "words", "steps": 3500},
+    # sequential blocks (Llama): layer 0's MLP reads layer 0's attention, so gathering a word's spelling
+    # in layer 0 pays one layer sooner than in layer 1 (with parallel blocks it pays from layer 1 either way)
+    "words80-l24-llama-spans10-6x6-rec4x3": {**CHAIN80_SPANS10, "corpus": "words", "arch": "llama", "steps": 3500},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
@@ -1037,6 +1041,7 @@ def run(name: str, seed: int, threads: int, out: Path) -> dict:
     corpus = Corpus(c, seed)
     torch.manual_seed(seed)
     recipe = Recipe(
+        arch=c.arch,
         n_layers=c.n_layers,
         n_heads=c.n_heads,
         d_model=c.d_model,
