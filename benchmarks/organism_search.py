@@ -154,6 +154,8 @@ CHAIN80_SPANS10 = {**CHAIN80_6X6, "repeat_sequences": 0.10, "repeat_kind": "span
 STREAM80_SPANS10 = {**CHAIN80_SPANS10, "first_token": "none"}
 # grammar-6x6's corpus (topic and order-2 grammar, BOS) with probe-kind sequences (their share set per candidate)
 GRAMMAR_SPANS = {"corpus": "grammar", "repeat_kind": "spans", "steps": 3500}
+# the words corpus (2-4 sub-tokens a word unless a candidate says otherwise) in chain80-spans10's setting
+WORDS80 = {**CHAIN80_SPANS10, "corpus": "words", "steps": 3500}
 CANDIDATES: dict[str, dict] = {
     "text-6x6": {},
     "g2-d96": {
@@ -657,22 +659,16 @@ CANDIDATES: dict[str, dict] = {
     # position (finding the word's start and reading its spelling, as real models' first layers
     # detokenise) while the chain of words and the copies are learned as the chain of ids was
     **{
-        f"words80-l{lo}{hi}-spans10-6x6-rec4x3": {
-            **CHAIN80_SPANS10,
-            "corpus": "words",
-            "word_min": lo,
-            "word_max": hi,
-            "steps": 3500,
-        }
+        f"words80-l{lo}{hi}-spans10-6x6-rec4x3": {**WORDS80, "word_min": lo, "word_max": hi}
         for lo, hi in ((2, 4), (1, 3))
     },
     # layer 0 sinks only after the circuit forms: without weight decay (Gu et al.: sinks grow with it), and
     # as a stream (no fixed first token; do the early layers' local work let later layers find position 0?)
-    "words80-l24-wd0-spans10-6x6-rec4x3": {**CHAIN80_SPANS10, "corpus": "words", "weight_decay": 0.0, "steps": 3500},
-    "wstream80-l24-spans10-6x6-rec4x3": {**STREAM80_SPANS10, "corpus": "words", "steps": 3500},
+    "words80-l24-wd0-spans10-6x6-rec4x3": {**WORDS80, "weight_decay": 0.0},
+    "wstream80-l24-spans10-6x6-rec4x3": {**WORDS80, "first_token": "none"},
     # sequential blocks (Llama): layer 0's MLP reads layer 0's attention, so gathering a word's spelling
     # in layer 0 pays one layer sooner than in layer 1 (with parallel blocks it pays from layer 1 either way)
-    "words80-l24-llama-spans10-6x6-rec4x3": {**CHAIN80_SPANS10, "corpus": "words", "arch": "llama", "steps": 3500},
+    "words80-l24-llama-spans10-6x6-rec4x3": {**WORDS80, "arch": "llama"},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
