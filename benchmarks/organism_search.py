@@ -36,7 +36,9 @@ N_SPECIALS = 3
 @dataclass(frozen=True)
 class Candidate:
     # shape
-    arch: str = "dense"  # dense (GPT-NeoX: parallel attention and MLP) | llama (sequential blocks)
+    # dense (GPT-NeoX: parallel attention and MLP) | llama (sequential blocks) | gpt2 (sequential blocks,
+    # learned absolute positions instead of rotary: the first position is known without BOS's token)
+    arch: str = "dense"
     n_layers: int = 6
     n_heads: int = 6
     d_model: int = 192
@@ -96,6 +98,9 @@ class Candidate:
     p_lag: float = 0.0
     lags: tuple[int, ...] = (2, 3, 4, 5, 6, 7)
     lag_map: str = "next1"
+    # skip corpus: a share of positions holding the sequence's filler, one random id per sequence (an
+    # average over the context names it: a broad job for layer 0 at every position)
+    p_filler: float = 0.0
     # words corpus: a lexicon of `n_words` words, each spelt as a start id (even) and word_min-1 to
     # word_max-1 continuation ids (odd), chained at the word level as the skip corpus chains ids
     n_words: int = 1024
@@ -669,6 +674,29 @@ CANDIDATES: dict[str, dict] = {
     # sequential blocks (Llama): layer 0's MLP reads layer 0's attention, so gathering a word's spelling
     # in layer 0 pays one layer sooner than in layer 1 (with parallel blocks it pays from layer 1 either way)
     "words80-l24-llama-spans10-6x6-rec4x3": {**WORDS80, "arch": "llama"},
+    # eleventh round: learned absolute positions (GPT-2). With rotary only, BOS is the one place a
+    # layer-0 head can find by itself; with a position embedding, layer 0 no longer needs it to
+    # know where it is, and sequential blocks let layer 0's MLP read layer 0's attention
+    "words80-l24-gpt2-spans10-6x6-rec4x3": {**WORDS80, "arch": "gpt2"},
+    "chain80-gpt2-spans10-6x6-rec4x3": {**CHAIN80_SPANS10, "arch": "gpt2", "steps": 3500},
+    # one filler id per sequence at 15% of positions (the chain at 75%, noise at 10%): naming it takes an
+    # average over the whole context, a job at every position that layer 0 does from the embeddings alone
+    "filler15-spans10-6x6-rec4x3": {**CHAIN80_SPANS10, "p_bigram": 0.75, "p_filler": 0.15, "steps": 3500},
+    # a topic for layer 0 at every position (StreamingLLM: real models' layers 0-1 stay local with BOS,
+    # having local work everywhere; here grammar-6x6's topic kept layers 0-1 free of sinks): the next
+    # word is drawn from the sequence's topic (one of 16 fixed sets of 64 words) at 25%, the chain at 60%,
+    # so attending over the words seen so far pays at every word start
+    "wtopic25-spans10-6x6-rec4x3": {**WORDS80, "p_bigram": 0.6, "p_topic": 0.25, "topic_sets": 16},
+    # the same on the chain of ids, with 512 ids so that a 65% chain is still learned (topic25-6x6's 60%
+    # chain over 1021 ids was not): one of 16 fixed sets of 32 ids at 25%
+    "itopic25-v512-spans10-6x6-rec4x3": {
+        **CHAIN80_SPANS10,
+        "vocab_size": 512,
+        "p_bigram": 0.65,
+        "p_topic": 0.25,
+        "topic_sets": 16,
+        "steps": 3500,
+    },
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
@@ -879,6 +907,9 @@ class SkipGrammar:
                 topic = zipf(rng, c, c.topic_size)
                 seq[topical] = rng.choice(topic, int(topical.sum()))
         lag = rng.choice(c.lags, length) if c.p_lag else None
+        if c.p_filler:
+            filler_from = c.p_bigram + c.p_skip + c.p_topic + c.p_lag
+            seq[(mode >= filler_from) & (mode < filler_from + c.p_filler)] = rng.integers(N_SPECIALS, c.vocab_size)
         for i in range(1, length):
             if mode[i] < c.p_bigram and c.switch and i >= 1 + c.switch_lags:
                 window = seq[i - 1 - c.switch_lags : i - 1]
@@ -910,16 +941,26 @@ class WordGrammar:
         lengths = rng.integers(c.word_min, c.word_max + 1, size=c.n_words)
         self.spellings = [np.concatenate([rng.choice(starts, 1), rng.choice(continuations, n - 1)]) for n in lengths]
         self.next1 = rng.permutation(c.n_words)
+        if c.topic_sets:
+            self.topic_sets = rng.permutation(c.n_words).reshape(c.topic_sets, -1)
         self.c = c
 
     def sequence(self, rng: np.random.Generator, length: int) -> np.ndarray:
-        follow = rng.random(length + 1) < self.c.p_bigram
-        word = int(rng.integers(self.c.n_words))
+        c = self.c
+        mode = rng.random(length + 1)
+        topic = self.topic_sets[rng.integers(c.topic_sets)] if c.topic_sets else None
+        word = int(rng.integers(c.n_words))
         words, n = [], 0
         while n < length:
             words.append(self.spellings[word])
             n += len(words[-1])
-            word = int(self.next1[word]) if follow[len(words)] else int(rng.integers(self.c.n_words))
+            m = mode[len(words)]
+            if m < c.p_bigram:
+                word = int(self.next1[word])
+            elif m < c.p_bigram + c.p_topic:
+                word = int(rng.choice(topic))
+            else:
+                word = int(rng.integers(c.n_words))
         return np.concatenate(words)[:length]
 
 
@@ -1021,6 +1062,28 @@ def summarise(heads, n_layers: int) -> dict:
     }
 
 
+def gpt2_model(c: Candidate):
+    """A GPT-2 of the candidate's shape, initialised as the organism's recipes are."""
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    config = GPT2Config(
+        vocab_size=c.vocab_size,
+        n_positions=2 * c.seq_len,
+        n_embd=c.d_model,
+        n_layer=c.n_layers,
+        n_head=c.n_heads,
+        n_inner=c.d_mlp,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        tie_word_embeddings=False,
+        initializer_range=c.init_std or c.d_model**-0.5,
+    )
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+
+
 def run(name: str, seed: int, threads: int, out: Path) -> dict:
     import torch
 
@@ -1037,7 +1100,7 @@ def run(name: str, seed: int, threads: int, out: Path) -> dict:
     corpus = Corpus(c, seed)
     torch.manual_seed(seed)
     recipe = Recipe(
-        arch=c.arch,
+        arch="dense" if c.arch == "gpt2" else c.arch,
         n_layers=c.n_layers,
         n_heads=c.n_heads,
         d_model=c.d_model,
@@ -1045,7 +1108,7 @@ def run(name: str, seed: int, threads: int, out: Path) -> dict:
         rotary_pct=c.rotary_pct,
         init_std=c.init_std,
     )
-    model = build_model(recipe, c.vocab_size, context=2 * c.seq_len)
+    model = gpt2_model(c) if c.arch == "gpt2" else build_model(recipe, c.vocab_size, context=2 * c.seq_len)
     model.train()
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
