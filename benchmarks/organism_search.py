@@ -697,6 +697,20 @@ CANDIDATES: dict[str, dict] = {
         "topic_sets": 16,
         "steps": 3500,
     },
+    # the same at T = 128, where the probe uses the reference baseline (its layer-1 sink at T = 64 is a ratio
+    # sink of the clean baseline), two names and 20% probe-kind sequences as in stream80-t128-spans20
+    "itopic25-v512-t128-spans20-6x6-rec4x3": {
+        **CHAIN80_SPANS10,
+        "vocab_size": 512,
+        "p_bigram": 0.65,
+        "p_topic": 0.25,
+        "topic_sets": 16,
+        "seq_len": 128,
+        "batch_size": 16,
+        "names": 2,
+        "repeat_sequences": 0.20,
+        "steps": 4000,
+    },
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
