@@ -161,6 +161,15 @@ STREAM80_SPANS10 = {**CHAIN80_SPANS10, "first_token": "none"}
 GRAMMAR_SPANS = {"corpus": "grammar", "repeat_kind": "spans", "steps": 3500}
 # the words corpus (2-4 sub-tokens a word unless a candidate says otherwise) in chain80-spans10's setting
 WORDS80 = {**CHAIN80_SPANS10, "corpus": "words", "steps": 3500}
+# the chain of ids over 512 ids at 65%, and the sequence's topic (one of 16 fixed sets of 32 ids) at 25%
+ITOPIC25_V512 = {
+    **CHAIN80_SPANS10,
+    "vocab_size": 512,
+    "p_bigram": 0.65,
+    "p_topic": 0.25,
+    "topic_sets": 16,
+    "steps": 3500,
+}
 CANDIDATES: dict[str, dict] = {
     "text-6x6": {},
     "g2-d96": {
@@ -688,23 +697,12 @@ CANDIDATES: dict[str, dict] = {
     # so attending over the words seen so far pays at every word start
     "wtopic25-spans10-6x6-rec4x3": {**WORDS80, "p_bigram": 0.6, "p_topic": 0.25, "topic_sets": 16},
     # the same on the chain of ids, with 512 ids so that a 65% chain is still learned (topic25-6x6's 60%
-    # chain over 1021 ids was not): one of 16 fixed sets of 32 ids at 25%
-    "itopic25-v512-spans10-6x6-rec4x3": {
-        **CHAIN80_SPANS10,
-        "vocab_size": 512,
-        "p_bigram": 0.65,
-        "p_topic": 0.25,
-        "topic_sets": 16,
-        "steps": 3500,
-    },
+    # chain over 1021 ids was not)
+    "itopic25-v512-spans10-6x6-rec4x3": ITOPIC25_V512,
     # the same at T = 128, where the probe uses the reference baseline (its layer-1 sink at T = 64 is a ratio
     # sink of the clean baseline), two names and 20% probe-kind sequences as in stream80-t128-spans20
     "itopic25-v512-t128-spans20-6x6-rec4x3": {
-        **CHAIN80_SPANS10,
-        "vocab_size": 512,
-        "p_bigram": 0.65,
-        "p_topic": 0.25,
-        "topic_sets": 16,
+        **ITOPIC25_V512,
         "seq_len": 128,
         "batch_size": 16,
         "names": 2,
@@ -1076,10 +1074,24 @@ def summarise(heads, n_layers: int) -> dict:
     }
 
 
-def gpt2_model(c: Candidate):
-    """A GPT-2 of the candidate's shape, initialised as the organism's recipes are."""
+def candidate_model(c: Candidate):
+    """A freshly initialised model of the candidate's shape (seed torch first): an organism recipe's
+    architecture, or a GPT-2 initialised as the recipes are."""
     from transformers import AutoModelForCausalLM, GPT2Config
 
+    from headtrace.organism.recipes import Recipe, build_model
+
+    if c.arch != "gpt2":
+        recipe = Recipe(
+            arch=c.arch,
+            n_layers=c.n_layers,
+            n_heads=c.n_heads,
+            d_model=c.d_model,
+            d_mlp=c.d_mlp,
+            rotary_pct=c.rotary_pct,
+            init_std=c.init_std,
+        )
+        return build_model(recipe, c.vocab_size, context=2 * c.seq_len)
     config = GPT2Config(
         vocab_size=c.vocab_size,
         n_positions=2 * c.seq_len,
@@ -1103,7 +1115,6 @@ def run(name: str, seed: int, threads: int, out: Path) -> dict:
 
     from headtrace.ablation import ablate
     from headtrace.models import ModelAdapter
-    from headtrace.organism.recipes import Recipe, build_model
     from headtrace.probes import build_probe
     from headtrace.schema import AblationConfig
     from headtrace.screen import screen
@@ -1113,16 +1124,7 @@ def run(name: str, seed: int, threads: int, out: Path) -> dict:
     torch.set_num_threads(threads)
     corpus = Corpus(c, seed)
     torch.manual_seed(seed)
-    recipe = Recipe(
-        arch="dense" if c.arch == "gpt2" else c.arch,
-        n_layers=c.n_layers,
-        n_heads=c.n_heads,
-        d_model=c.d_model,
-        d_mlp=c.d_mlp,
-        rotary_pct=c.rotary_pct,
-        init_std=c.init_std,
-    )
-    model = gpt2_model(c) if c.arch == "gpt2" else build_model(recipe, c.vocab_size, context=2 * c.seq_len)
+    model = candidate_model(c)
     model.train()
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
@@ -1343,14 +1345,8 @@ def copying(name: str, weights: Path, n: int = 256, seed: int = 7) -> dict[str, 
     probe's random background and in the corpus's own; and at the second half of a "half" sequence."""
     import torch
 
-    from headtrace.organism.recipes import Recipe, build_model
-
     c = candidate(name)
-    model = build_model(
-        Recipe(n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_mlp=c.d_mlp, rotary_pct=c.rotary_pct),
-        c.vocab_size,
-        context=2 * c.seq_len,
-    )
+    model = candidate_model(c)
     model.load_state_dict(torch.load(weights))
     model.eval()
     grammar = SkipGrammar(c)
