@@ -106,6 +106,10 @@ class Candidate:
     n_words: int = 1024
     word_min: int = 2
     word_max: int = 4
+    # text corpus: "topics" (pydoc_data.topics, the reference manual) | "stdlib" (the standard library's
+    # own source, .py files outside the tests: code's local syntax keeps early heads busy everywhere,
+    # and its identifiers recur within a file)
+    text_source: str = "topics"
     # optimiser
     steps: int = 2000
     batch_size: int = 16
@@ -155,6 +159,19 @@ CHAIN80_6X6 = {
 }
 # 10% of the sequences of the probe's kind, drawn as the probe is
 CHAIN80_SPANS10 = {**CHAIN80_6X6, "repeat_sequences": 0.10, "repeat_kind": "spans"}
+# the standard library's source as BOS-started windows, with 10% probe-kind sequences
+CODE_SPANS10 = {
+    **T64,
+    "corpus": "text",
+    "text_source": "stdlib",
+    "vocab_size": 1024,
+    "repeat_sequences": 0.10,
+    "repeat_kind": "spans",
+    "lr_schedule": "constant",
+    "batch_size": 32,
+    "steps": 3500,
+}
+CODE_T128 = {**CODE_SPANS10, "seq_len": 128, "batch_size": 16}
 # the same as a stream (no fixed first token)
 STREAM80_SPANS10 = {**CHAIN80_SPANS10, "first_token": "none"}
 # grammar-6x6's corpus (topic and order-2 grammar, BOS) with probe-kind sequences (their share set per candidate)
@@ -709,6 +726,16 @@ CANDIDATES: dict[str, dict] = {
         "repeat_sequences": 0.20,
         "steps": 4000,
     },
+    # twelfth round: natural text with BOS, the way real models keep layers 0-1 local (StreamingLLM): the
+    # standard library's source (13 MB; identifiers recur within a file), BPE 1024, and 10% of the
+    # sequences of the probe's kind; at T = 64 (clean baseline) and T = 128 (reference baseline)
+    "code-spans10-6x6": CODE_SPANS10,
+    "code-t128-spans10-6x6": CODE_T128,
+    # how far its sinks go with data (the constant rate repeats the 3500-step run's first 3500 steps)
+    "code-t128-long-spans10-6x6": {**CODE_T128, "steps": 8000},
+    # a longer context (Barbero et al. 2025: sinks grow with it; the reference baseline's induction ceiling
+    # is 238x at T = 256), the same tokens a step
+    "code-t256-spans10-6x6": {**CODE_SPANS10, "seq_len": 256, "batch_size": 8, "steps": 6000},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
@@ -756,12 +783,29 @@ def candidate(name: str) -> Candidate:
 # Corpora: a batch is a pure function of (seed, step).
 
 
-def text_tokens(vocab_size: int) -> tuple[np.ndarray, object]:
-    """The Python reference manual's topics (pydoc_data.topics), BPE-tokenised, documents joined by EOS."""
-    import pydoc_data.topics
+def text_documents(source: str) -> list[str]:
+    """The documents of a text corpus, in a fixed order."""
+    if source == "topics":
+        import pydoc_data.topics
+
+        return [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = ("test", "tests", "idle_test", "site-packages")
+    files = sorted(f for f in root.rglob("*.py") if not skip_path(f.relative_to(root), skip))
+    return [f.read_text(encoding="utf-8", errors="replace") for f in files]
+
+
+def skip_path(path: Path, skip: tuple[str, ...]) -> bool:
+    return any(part in skip for part in path.parts[:-1])
+
+
+def text_tokens(vocab_size: int, source: str = "topics") -> tuple[np.ndarray, object]:
+    """A text corpus BPE-tokenised, documents joined by EOS."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    texts = [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
+    texts = text_documents(source)
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -773,8 +817,8 @@ def text_tokens(vocab_size: int) -> tuple[np.ndarray, object]:
     )
     tokenizer.train_from_iterator(texts, trainer)
     stream = []
-    for text in texts:
-        stream += tokenizer.encode(text).ids + [EOS]
+    for encoding in tokenizer.encode_batch(texts):
+        stream += encoding.ids + [EOS]
     return np.array(stream, dtype=np.int64), tokenizer
 
 
@@ -981,7 +1025,7 @@ class Corpus:
         self.c, self.seed = c, seed
         self.tokenizer = None
         if c.corpus == "text":
-            self.stream, self.tokenizer = text_tokens(c.vocab_size)
+            self.stream, self.tokenizer = text_tokens(c.vocab_size, c.text_source)
         elif c.corpus == "grammar":
             self.grammar = Grammar(c)
         elif c.corpus == "classes":
