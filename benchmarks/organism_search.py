@@ -727,7 +727,7 @@ CANDIDATES: dict[str, dict] = {
         "steps": 4000,
     },
     # twelfth round: natural text with BOS, the way real models keep layers 0-1 local (StreamingLLM): the
-    # standard library's source (13 MB; identifiers recur within a file), BPE 1024, and 10% of the
+    # standard library's source (12 MB; identifiers recur within a file), BPE 1024, and 10% of the
     # sequences of the probe's kind; at T = 64 (clean baseline) and T = 128 (reference baseline)
     "code-spans10-6x6": CODE_SPANS10,
     "code-t128-spans10-6x6": CODE_T128,
@@ -789,16 +789,14 @@ def text_documents(source: str) -> list[str]:
         import pydoc_data.topics
 
         return [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
+    if source != "stdlib":
+        raise ValueError(f"unknown text source {source!r}: topics or stdlib")
     import sysconfig
 
     root = Path(sysconfig.get_paths()["stdlib"])
-    skip = ("test", "tests", "idle_test", "site-packages")
-    files = sorted(f for f in root.rglob("*.py") if not skip_path(f.relative_to(root), skip))
+    skip = {"test", "tests", "idle_test", "site-packages"}
+    files = sorted(f for f in root.rglob("*.py") if not skip & set(f.relative_to(root).parts[:-1]))
     return [f.read_text(encoding="utf-8", errors="replace") for f in files]
-
-
-def skip_path(path: Path, skip: tuple[str, ...]) -> bool:
-    return any(part in skip for part in path.parts[:-1])
 
 
 def text_tokens(vocab_size: int, source: str = "topics") -> tuple[np.ndarray, object]:
