@@ -180,3 +180,26 @@ def test_the_ablation_table_keeps_each_head_id_whole(checkpoint, monkeypatch, wi
         assert re.search(rf"\b{head}\b", cells)
     for name in ("condition", "heads", "top-1", "top-5", "loss", "logit"):
         assert name in header(text)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_demo_prints_one_line_per_finding(imported, tmp_path, monkeypatch, width):
+    """The demo's summary: a model's (or a seed family's) name, then a line per finding that the
+    terminal's width cuts rather than wraps."""
+    from headtrace.cli import _print_finding_lines
+    from headtrace.family_findings import family_rows
+    from headtrace.findings import write_findings
+    from test_families import FAMILY, planted_results
+
+    monkeypatch.setattr(out_console, "_width", None)
+    monkeypatch.setenv("COLUMNS", str(width))
+    for folder, name in [(imported, "EleutherAI/pythia-1b"), (planted_results(tmp_path / "family"), FAMILY)]:
+        table = write_findings(folder)
+        rows = family_rows(table) if name == FAMILY else table
+        with out_console.capture() as captured:
+            _print_finding_lines(table)
+        lines = captured.get().splitlines()
+        assert lines[0] == name and len(lines) == 1 + len(rows)
+        assert max(map(len, lines)) <= width and any(line.endswith("…") for line in lines)
+        for line, row in zip(lines[1:], rows.itertuples()):
+            assert line.startswith(f"  {row.finding} {row.title}: {row.status} - ")

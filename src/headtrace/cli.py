@@ -542,10 +542,7 @@ def demo(
         causal=causal,
     )
     paths = outcome.paths
-    if seeds is None:
-        _print_organism_trajectories(paths.results)
-    else:
-        _print_family_findings(outcome.findings, seeds)
+    _print_finding_lines(outcome.findings)
     console.print(f"findings: {escape(str(paths.results / 'findings.md'))}", highlight=False)
     console.print(
         f"[bold]demo finished in {time.perf_counter() - started:.0f} s.[/] Open the report: "
@@ -555,40 +552,23 @@ def demo(
     )
 
 
-def _print_family_findings(table, n_seeds: int) -> None:
-    """`demo --seeds N`: each family's findings across seeds."""
-    from headtrace.family_findings import family_rows
+def _print_finding_lines(table) -> None:
+    """The demo's summary: per model (per family with --seeds, across its seeds) one line per finding,
+    its statement cut at the terminal's width; findings.md and the report hold them whole."""
+    from headtrace.family_findings import family_rows, model_rows
 
-    for family, rows in family_rows(table).groupby("family", sort=False):
-        shown = Table(title=f"{escape(family)}: {n_seeds} seeds, each finding across seeds", show_lines=True)
-        shown.add_column("finding", ratio=2, overflow="fold")
-        shown.add_column("status", no_wrap=True)
-        shown.add_column("statement", ratio=7, overflow="fold")
-        for row in rows.itertuples():
-            shown.add_row(escape(f"{row.finding} {row.title}"), _status(row.status), escape(row.statement))
-        out_console.print(shown)
-
-
-def _print_organism_trajectories(results_dir: Path) -> None:
-    """Per model and checkpoint: top-1, the best induction head, circuit size and sink fraction."""
-    from headtrace.store import load_results
-
-    table = load_results(results_dir).sort_values(["model", "tokens"], kind="stable")
-    for model, rows in table.groupby("model", sort=True):
-        shown = Table(title=f"{escape(model)}: circuits forming over training")
-        for column in ("revision", "tokens", "top-1", "best induction", ">= 50x", "sinks"):
-            shown.add_column(column, justify="left" if column == "revision" else "right", no_wrap=True)
-        for revision, heads in rows.groupby("revision", sort=False):
-            best = heads.loc[heads.sel_induction.idxmax()]
-            shown.add_row(
-                revision,
-                _tokens_text(best.tokens),
-                f"{best.top1:.2f}",
-                f"{best.head_id} {best.sel_induction:.0f}x",
-                str(int(heads.induction_circuit.sum())),
-                f"{heads.sink.mean():.0%}",
+    rows, key = family_rows(table), "family"
+    if rows.empty:
+        rows, key = model_rows(table), "model"
+    for name, group in rows.groupby(key, sort=False):
+        out_console.print(f"[bold]{escape(name)}[/]", highlight=False)
+        for row in group.itertuples():
+            out_console.print(
+                f"  {escape(row.finding)} {escape(row.title)}: {_status(row.status)} - {escape(row.statement)}",
+                no_wrap=True,
+                overflow="ellipsis",
+                highlight=False,
             )
-        out_console.print(shown)
 
 
 def print_ablation(result) -> None:
