@@ -736,6 +736,9 @@ CANDIDATES: dict[str, dict] = {
     # a longer context (Barbero et al. 2025: sinks grow with it; the reference baseline's induction ceiling
     # is 238x at T = 256), the same tokens a step
     "code-t256-spans10-6x6": {**CODE_SPANS10, "seq_len": 256, "batch_size": 8, "steps": 6000},
+    # Gu et al. 2025: sinks grow with weight decay and with the learning rate
+    "code-t128-wd05-spans10-6x6": {**CODE_T128, "weight_decay": 0.5},
+    "code-t128-lr1e2-spans10-6x6": {**CODE_T128, "lr": 1e-2},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
