@@ -19,6 +19,18 @@ def smollm2():
     return load_model(smollm2_gguf_path())
 
 
+@pytest.fixture(scope="session")
+def smollm2_screen(smollm2):
+    """SmolLM2-135M's screen on 48 synthetic induction sequences of 256 tokens (~30 s on 2 cores):
+    (probe, config, result), shared by its screen and ablation tests."""
+    from headtrace.probes import build_probe
+    from headtrace.screen import ScreenConfig, screen
+
+    config = ScreenConfig.of(n_examples=48, seq_len=256)
+    probe = build_probe(config.probe, lambda: None)
+    return probe, config, screen(smollm2, probe, config, model_name="SmolLM2-135M")
+
+
 @pytest.fixture(scope="module")
 def hub():
     """The local server speaking the hub's protocol (tests/hub_server.py), one per test module."""

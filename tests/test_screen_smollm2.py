@@ -2,18 +2,12 @@
 
 import pytest
 
-from headtrace.probes import ProbeSpec, synthetic_induction
-from headtrace.screen import ScreenConfig, screen
-
 pytestmark = pytest.mark.slow  # ~20 s to load the GGUF, ~30 s to screen 48 sequences on 2 cores
 
 
 @pytest.fixture(scope="module")
-def result(smollm2):
-    config = ScreenConfig.of(n_examples=48, seq_len=256)
-    return screen(
-        smollm2, synthetic_induction(ProbeSpec(n_examples=48, seq_len=256)), config, model_name="SmolLM2-135M"
-    )
+def result(smollm2_screen):
+    return smollm2_screen[2]
 
 
 def test_finds_the_induction_heads(result):
