@@ -60,6 +60,9 @@ class Candidate:
     # (random spans of 2-8 tokens copied to random places, about a third of the positions: only
     # induction copies it, in the probe's random background)
     repeat_kind: str = "half"
+    # share of sequences of uniform random tokens with no copies: attention has nothing to find there,
+    # so a head learns a no-op for contexts without its cue (Guo et al. 2024's dormant heads)
+    noise_sequences: float = 0.0
     bos_share: float = 1.0  # first_token "bos": the share of sequences that start with BOS (the rest: stream windows)
     copy_share: float = 0.10  # share of positions inside copied spans (in a sequence with copies)
     copy_sequences: float = 1.0  # share of sequences with copies
@@ -739,6 +742,12 @@ CANDIDATES: dict[str, dict] = {
     # Gu et al. 2025: sinks grow with weight decay and with the learning rate
     "code-t128-wd05-spans10-6x6": {**CODE_T128, "weight_decay": 0.5},
     "code-t128-lr1e2-spans10-6x6": {**CODE_T128, "lr": 1e-2},
+    # how far weight decay 0.5's sinks go with data (its first 3500 steps are the 3500-step run's)
+    "code-t128-wd05-long-spans10-6x6": {**CODE_T128, "weight_decay": 0.5, "steps": 8000},
+    # idle heads: uniform random sequences for heads whose cue is absent (10% of sequences)
+    "code-t128-noise10-spans10-6x6": {**CODE_T128, "noise_sequences": 0.10},
+    # depth (Barbero et al. 2025: sinks grow with it); layers 0-1 a quarter of the heads
+    "code-t128-8x6-spans10": {**CODE_T128, "n_layers": 8},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
@@ -1044,6 +1053,9 @@ class Corpus:
         for _ in range(c.batch_size):
             if c.repeat_sequences and rng.random() < c.repeat_sequences:
                 rows.append(self.starting(self.probe_kind(rng, body), rng))
+                continue
+            if c.noise_sequences and rng.random() < c.noise_sequences:
+                rows.append(self.starting(rng.integers(N_SPECIALS, c.vocab_size, size=body), rng))
                 continue
             if c.corpus == "text":
                 start = int(rng.integers(0, len(self.stream) - body))
