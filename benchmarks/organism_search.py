@@ -175,6 +175,7 @@ CODE_SPANS10 = {
     "steps": 3500,
 }
 CODE_T128 = {**CODE_SPANS10, "seq_len": 128, "batch_size": 16}
+CODE_T128_WD05 = {**CODE_T128, "weight_decay": 0.5}
 # the same as a stream (no fixed first token)
 STREAM80_SPANS10 = {**CHAIN80_SPANS10, "first_token": "none"}
 # grammar-6x6's corpus (topic and order-2 grammar, BOS) with probe-kind sequences (their share set per candidate)
@@ -740,14 +741,12 @@ CANDIDATES: dict[str, dict] = {
     # is 238x at T = 256), the same tokens a step
     "code-t256-spans10-6x6": {**CODE_SPANS10, "seq_len": 256, "batch_size": 8, "steps": 6000},
     # Gu et al. 2025: sinks grow with weight decay and with the learning rate
-    "code-t128-wd05-spans10-6x6": {**CODE_T128, "weight_decay": 0.5},
+    "code-t128-wd05-spans10-6x6": CODE_T128_WD05,
     "code-t128-lr1e2-spans10-6x6": {**CODE_T128, "lr": 1e-2},
     # how far weight decay 0.5's sinks go with data (its first 3500 steps are the 3500-step run's)
-    "code-t128-wd05-long-spans10-6x6": {**CODE_T128, "weight_decay": 0.5, "steps": 8000},
+    "code-t128-wd05-long-spans10-6x6": {**CODE_T128_WD05, "steps": 8000},
     # idle heads: uniform random sequences for heads whose cue is absent (10% of sequences)
     "code-t128-noise10-spans10-6x6": {**CODE_T128, "noise_sequences": 0.10},
-    # depth (Barbero et al. 2025: sinks grow with it); layers 0-1 a quarter of the heads
-    "code-t128-8x6-spans10": {**CODE_T128, "n_layers": 8},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
