@@ -227,6 +227,7 @@ def test_train_organism_cli(tmp_path):
     [
         (["--steps", "0"], "steps must be >= 1"),
         (["--arch", "transformer-xl"], "unknown arch 'transformer-xl'"),
+        (["--organism", "huge"], "unknown organism 'huge'; use one of: tiny, code"),
     ],
 )
 def test_train_organism_bad_input_is_one_line_exit_2(args, message, tmp_path):

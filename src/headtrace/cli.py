@@ -467,8 +467,14 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
     return result
 
 
+ORGANISM_HELP = (
+    "tiny (3 x 4, synthetic Zipf corpus, minutes) or code (6 x 6, the standard library's source, half an hour or more)."
+)
+
+
 @app.command("train-organism")
 def train_organism(
+    organism_name: str = typer.Option("tiny", "--organism", help=ORGANISM_HELP),
     arch: str = typer.Option("dense", help="dense (GPT-NeoX style), llama, or moe (OLMoE style)."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     seed: int = typer.Option(0, help="Seed of the initialisation and the data."),
@@ -476,12 +482,11 @@ def train_organism(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory (default: organisms/ARCH)."),
 ) -> None:
     """Train a model organism from scratch on the CPU, saving log-spaced Hugging Face checkpoints."""
-    from headtrace.organism import ARCHS, CorpusConfig, Organism, TrainConfig, recipe
+    from headtrace.organism import ARCHS, preset
 
     if arch not in ARCHS:
         raise HeadtraceError(f"unknown arch '{arch}'; use one of: {', '.join(ARCHS)}")
-    train = TrainConfig(seed=seed) if steps is None else TrainConfig(seed=seed, steps=steps)
-    organism = Organism(recipe=recipe(arch), corpus=CorpusConfig(seed=seed), train=train)
+    organism = preset(organism_name, arch=arch, seed=seed, steps=steps)
     organism.validate()
     out = out or Path("organisms") / arch
     _train_with_progress(organism, out, arch, threads)
@@ -496,6 +501,7 @@ def demo(
     out: Path = typer.Option(
         Path("demo-output"), "--out", "-o", help="Where the organisms, panel, results and report go."
     ),
+    organism: str = typer.Option("tiny", help=ORGANISM_HELP),
     compare: bool = typer.Option(False, help="Also train an MoE (OLMoE-style) organism on the same data."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     n_examples: int = typer.Option(256, "--n-examples", "-n", help="Probe sequences per checkpoint."),
@@ -540,6 +546,7 @@ def demo(
         seed=seed,
         seeds=seeds,
         causal=causal,
+        organism=organism,
     )
     paths = outcome.paths
     _print_finding_lines(outcome.findings)

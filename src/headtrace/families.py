@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from headtrace.errors import HeadtraceError
-from headtrace.organism.config import Organism, TrainConfig
+from headtrace.organism.config import PRESETS, Organism, TrainConfig, preset
 from headtrace.organism.corpus import CorpusConfig
-from headtrace.organism.recipes import Recipe, recipe
+from headtrace.organism.recipes import Recipe
 from headtrace.revisions import Revision, select
 from headtrace.store import ResultsDir
 
@@ -133,12 +133,17 @@ def _setting_ok(value, kind: str) -> bool:
 
 def organism_for(settings: dict, seed: int | None, fail: Fail) -> Organism:
     """The organism a member trains: recipe, corpus and training settings from the entry's `organism`
-    table over the defaults (those of `headtrace demo`), with the member's seed (`vary`: both, data or
-    weights). 0 for an optional setting (checkpoint_every, checkpoint_loss_drop, ...) means none."""
+    table over a named organism's (`preset`: tiny, the default, or code; organism/config.py), with the
+    member's seed (`vary`: both, data or weights). 0 for an optional setting (checkpoint_every,
+    checkpoint_loss_drop, ...) means none."""
     fields = _organism_fields()
     parts: dict[str, dict] = {"recipe": {}, "corpus": {}, "train": {}}
-    vary, own_seed = settings.get("vary", "both"), settings.get("seed", 0)
+    vary, own_seed, name = settings.get("vary", "both"), settings.get("seed", 0), settings.get("preset", "tiny")
     for key, value in settings.items():
+        if key == "preset":
+            if name not in PRESETS:
+                raise fail("organism", f"organism.preset = {name!r} is not one of: {', '.join(PRESETS)}")
+            continue
         if key == "vary" or key == "seed":
             if seed is not None and key == "seed":
                 raise fail("organism", "organism.seed is set by the family: each member trains with its seed")
@@ -158,7 +163,7 @@ def organism_for(settings: dict, seed: int | None, fail: Fail) -> Organism:
             raise fail(
                 "organism",
                 f"unknown organism setting '{key}'"
-                + (f"; did you mean '{hint[0]}'?" if hint else f"; allowed: {', '.join(fields)}, vary"),
+                + (f"; did you mean '{hint[0]}'?" if hint else f"; allowed: {', '.join(fields)}, preset, vary"),
             )
         part, kind = fields[key]
         if not _setting_ok(value, kind):
@@ -168,10 +173,11 @@ def organism_for(settings: dict, seed: int | None, fail: Fail) -> Organism:
     seed = own_seed if seed is None else seed
     data_seed, init_seed = (seed if vary in ("both", "data") else 0), (seed if vary in ("both", "weights") else 0)
     try:
+        base = preset(name, arch=parts["recipe"].pop("arch", "dense"))
         organism = Organism(
-            recipe=recipe(parts["recipe"].pop("arch", "dense"), **parts["recipe"]),
-            corpus=CorpusConfig(**parts["corpus"], seed=data_seed),
-            train=TrainConfig(**parts["train"], seed=init_seed),
+            recipe=dataclasses.replace(base.recipe, **parts["recipe"]),
+            corpus=dataclasses.replace(base.corpus, **parts["corpus"], seed=data_seed),
+            train=dataclasses.replace(base.train, **parts["train"], seed=init_seed),
         )
         organism.validate()
     except HeadtraceError as exc:

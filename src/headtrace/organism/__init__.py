@@ -6,7 +6,7 @@ load the trainer on first use."""
 
 import importlib
 
-from headtrace.organism.config import Organism, TrainConfig, checkpoint_steps
+from headtrace.organism.config import PRESETS, Organism, TrainConfig, checkpoint_steps, preset
 from headtrace.organism.corpus import BOS_ID, CorpusConfig
 from headtrace.organism.recipes import ARCHS, Recipe, recipe
 
@@ -16,10 +16,12 @@ __all__ = [
     "BOS_ID",
     "CorpusConfig",
     "Organism",
+    "PRESETS",
     "Recipe",
     "TrainConfig",
     "TrainResult",
     "checkpoint_steps",
+    "preset",
     "recipe",
     "train",
 ]

@@ -16,10 +16,11 @@ import numpy as np
 
 from headtrace.errors import HeadtraceError
 from headtrace.organism.corpus import CorpusConfig
-from headtrace.organism.recipes import Recipe
+from headtrace.organism.recipes import Recipe, recipe
 
 ORGANISM_FILE = "organism.json"
 REVISIONS_FILE = "revisions.json"  # a folder of checkpoints with this listing is a LocalSource (sources.py)
+LR_SCHEDULES: tuple[str, ...] = ("cosine", "constant")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class TrainConfig:
     lr: float = 3e-3
     warmup_steps: int = 50
     weight_decay: float = 0.01
+    lr_schedule: str = "cosine"  # after warmup: cosine (to 10% of lr at the last step) | constant
     grad_clip: float = 1.0
     n_checkpoints: int = 12  # log-spaced over the run
     checkpoint_every: int | None = 250  # also save every K steps (the plateau after the transition)
@@ -42,6 +44,8 @@ class TrainConfig:
     def validate(self) -> None:
         if self.steps < 1:
             raise HeadtraceError(f"steps must be >= 1 (got {self.steps})")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise HeadtraceError(f"unknown lr_schedule '{self.lr_schedule}'; use one of: {', '.join(LR_SCHEDULES)}")
         if self.batch_size < 1 or self.n_checkpoints < 1 or self.lr <= 0:
             raise HeadtraceError("batch_size, n_checkpoints and lr must be positive")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
@@ -56,7 +60,8 @@ class TrainConfig:
         return sorted({*checkpoint_steps(self.steps, self.n_checkpoints), *every})
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        fields = dataclasses.asdict(self)
+        return {k: v for k, v in fields.items() if k != "lr_schedule" or v != "cosine"}  # as saved before it existed
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,38 @@ class Organism:
         self.recipe.validate()
         self.corpus.validate()
         self.train.validate()
+
+
+PRESETS: tuple[str, ...] = ("tiny", "code")
+
+
+def preset(name: str = "tiny", arch: str = "dense", seed: int = 0, steps: int | None = None) -> Organism:
+    """A named organism (docs/organism.md), seeded: `tiny`, 3 x 4 on the synthetic Zipf corpus (the
+    demo's, minutes on a CPU); `code`, 6 x 6 on the standard library's source at T = 128 with 10% of
+    positions in copied spans and 10% probe-kind sequences (half an hour or more on a 2-core CPU)."""
+    if name not in PRESETS:
+        raise HeadtraceError(f"unknown organism '{name}'; use one of: {', '.join(PRESETS)}")
+    if name == "tiny":
+        shape, corpus, train = recipe(arch), CorpusConfig(seed=seed), TrainConfig(seed=seed)
+    else:
+        d_mlp = 192 if arch == "moe" else 384  # the MoE's experts narrower, as in the tiny recipe
+        shape = recipe(arch, n_layers=6, n_heads=6, d_model=192, d_mlp=d_mlp)
+        corpus = CorpusConfig(
+            source="stdlib",
+            vocab_size=1024,
+            seq_len=128,
+            span_min=6,
+            span_max=16,
+            spans_per_sequence=0.10 * 127 / 11,  # 10% of the 127 positions after BOS, in spans of 11 on average
+            probe_share=0.10,
+            seed=seed,
+        )
+        train = TrainConfig(
+            steps=3500, batch_size=16, warmup_steps=100, weight_decay=0.1, lr_schedule="constant", seed=seed
+        )
+    if steps is not None:
+        train = dataclasses.replace(train, steps=steps)
+    return Organism(recipe=shape, corpus=corpus, train=train)
 
 
 def checkpoint_steps(steps: int, n: int) -> list[int]:

@@ -20,9 +20,8 @@ import pandas as pd
 
 from headtrace.errors import HeadtraceError
 from headtrace.findings import write_findings
-from headtrace.organism.config import CAUSAL_REVISIONS, Organism, TrainConfig, causal_steps
+from headtrace.organism.config import CAUSAL_REVISIONS, Organism, causal_steps, preset
 from headtrace.organism.corpus import CorpusConfig
-from headtrace.organism.recipes import recipe
 from headtrace.panel import load_panel, run_panel
 from headtrace.report import build_report
 from headtrace.schema import ScreenConfig
@@ -34,21 +33,25 @@ PANEL_FILE = "demo.toml"
 RESULTS = "results"
 
 
-def demo_organisms(compare: bool = False, steps: int | None = None, seed: int = 0) -> dict[str, Organism]:
-    """The demo's organisms by model name: the default dense one, plus an MoE on the same data."""
-    train = TrainConfig(seed=seed) if steps is None else TrainConfig(seed=seed, steps=steps)
+def demo_organisms(
+    compare: bool = False, steps: int | None = None, seed: int = 0, organism: str = "tiny"
+) -> dict[str, Organism]:
+    """The demo's organisms by model name: the named organism's dense one, plus an MoE on the same data."""
     archs = ("dense", "moe") if compare else ("dense",)
-    return {
-        f"organism-{arch}": Organism(recipe=recipe(arch), corpus=CorpusConfig(seed=seed), train=train) for arch in archs
-    }
+    return {f"organism-{arch}": preset(organism, arch=arch, seed=seed, steps=steps) for arch in archs}
+
+
+def ablation_draws(organism: str) -> int:
+    """Matched-random draws of the demo's ablation: 20 where layers have room for them (6 heads)."""
+    return 10 if organism == "tiny" else 20
 
 
 def demo_screen(corpus: CorpusConfig, n_examples: int = 256) -> ScreenConfig:
     """A small synthetic-induction screen that fits the organism: ids inside its vocabulary (above
     the special tokens), BOS prepended so position 0 is BOS and the length is the training length.
-    The baseline is clean: at this length the reference baseline's induction ceiling (62.7x) sits
-    just above the 50x threshold (docs/definitions.md, "The baseline and its ceiling"). The
-    attention of 4 examples is kept for the report's head view."""
+    The baseline is the reference one from T = 127, where its induction ceiling (108x) is twice the
+    50x threshold; below, the clean one (at T = 63 the ceiling is 62.7x: docs/definitions.md, "The
+    baseline and its ceiling"). The attention of 4 examples is kept for the report's head view."""
     return ScreenConfig.of(
         n_examples=n_examples,
         seq_len=corpus.seq_len - 1,
@@ -56,7 +59,7 @@ def demo_screen(corpus: CorpusConfig, n_examples: int = 256) -> ScreenConfig:
         id_high=corpus.vocab_size,
         prepend_bos=True,
         batch_size=64,
-        baseline="clean",
+        baseline="reference" if corpus.seq_len - 1 >= 127 else "clean",
         keep_patterns=min(4, n_examples),
     )
 
@@ -96,6 +99,7 @@ def family_panel_toml(
     steps: int | None = None,
     ablation_draws: int = 0,
     causal: bool = False,
+    organism: str = "tiny",
 ) -> str:
     """A panel over a seed family of the demo's organism (organisms/dense-s{seed}), which `headtrace
     run` trains where missing (`train = true`), so the file alone reproduces the demo."""
@@ -110,8 +114,11 @@ def family_panel_toml(
         "train = true",
         'revisions = "all"',
     ]
+    settings = [f'preset = "{organism}"'] if organism != "tiny" else []
     if steps is not None:
-        lines.append(f"organism = {{ steps = {steps} }}")
+        settings.append(f"steps = {steps}")
+    if settings:
+        lines.append(f"organism = {{ {', '.join(settings)} }}")
     lines += ["", "[composition]", 'revisions = "all"']  # the induction heads' composition, from the weights
     selection = f"log:{CAUSAL_REVISIONS}"  # the members save every checkpoint: F8 on log:8 of them
     return panel_toml(name, screen, {}, ablation_draws, causal, selection) + "\n".join(lines) + "\n"
@@ -246,16 +253,19 @@ def run_demo(
     seed: int = 0,
     seeds: int | None = None,
     causal: bool = False,
+    organism: str = "tiny",
 ) -> DemoOutcome:
     """The demo, end to end, into OUT (module docstring): each organism trained with a watcher that
     screens it at its checkpoint steps (only the final checkpoint is saved), then the panel of its
     saved checkpoint (the ablation), the findings and the report. `seeds`: N organisms (seeds SEED ..
-    SEED+N-1) as one seed family, which the panel trains (`train = true`) and screens. `run` runs a
-    panel file (default: `run_panel`, training with `train`)."""
+    SEED+N-1) as one seed family, which the panel trains (`train = true`) and screens. `organism`:
+    the named organism (organism/config.py: tiny or code). `run` runs a panel file (default:
+    `run_panel`, training with `train`)."""
     if seeds is not None and compare:
         raise HeadtraceError("--seeds and --compare do not combine; run them one at a time")
     paths = DemoPaths(Path(out))
-    organisms = demo_organisms(compare=compare, steps=steps, seed=seed)
+    organisms = demo_organisms(compare=compare, steps=steps, seed=seed, organism=organism)
+    draws = ablation_draws(organism)
     screen = demo_screen(next(iter(organisms.values())).corpus, n_examples)
     screen.validate()  # before training: a bad setting must not cost the minutes of training
     for organism in organisms.values():
@@ -274,11 +284,13 @@ def run_demo(
             watch = Watcher(paths.results, model, screen, revisions=None, causal_composition=True)
             train(organism, paths.organism(model), model, watch, keep)
         models = {m: str(paths.organism(m).relative_to(paths.out)) for m in organisms}
-        paths.panel.write_text(panel_toml("demo", screen, models, ablation_draws=10, causal=causal))
+        paths.panel.write_text(panel_toml("demo", screen, models, ablation_draws=draws, causal=causal))
     else:
         paths.out.mkdir(parents=True, exist_ok=True)
         paths.panel.write_text(
-            family_panel_toml("demo", screen, list(range(seed, seed + seeds)), steps, ablation_draws=10, causal=causal)
+            family_panel_toml(
+                "demo", screen, list(range(seed, seed + seeds)), steps, draws, causal=causal, organism=organism
+            )
         )
     run(paths.panel, paths.results)
     return DemoOutcome(paths, write_findings(paths.results), build_report(paths.results))

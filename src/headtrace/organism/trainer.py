@@ -1,4 +1,4 @@
-"""The organism's trainer: AdamW with warmup and cosine decay, on the synthetic corpus, saving
+"""The organism's trainer: AdamW with warmup and cosine decay (or a constant rate), on its corpus, saving
 Hugging Face checkpoints at log-spaced steps, every K steps, and wherever the smoothed training
 loss falls (so that they gather in the induction transition).
 
@@ -28,7 +28,7 @@ import torch
 
 from headtrace.errors import HeadtraceError
 from headtrace.organism.config import ORGANISM_FILE, REVISIONS_FILE, Organism, TrainConfig, revision_name
-from headtrace.organism.corpus import SPECIAL_TOKENS, batch
+from headtrace.organism.corpus import SPECIAL_TOKENS, CorpusConfig, batch, text_corpus, text_provenance
 from headtrace.organism.recipes import build_model
 from headtrace.store import atomic_folder, write_json_atomic
 
@@ -64,6 +64,20 @@ def build_tokenizer(vocab_size: int):
     )
 
 
+def corpus_tokenizer(corpus: CorpusConfig):
+    """The tokenizer saved with the checkpoints: word-level over the ids for the synthetic corpus, the
+    BPE trained on the text for a text corpus."""
+    if corpus.source == "zipf":
+        return build_tokenizer(corpus.vocab_size)
+    from tokenizers import Tokenizer  # transformers: loaded when a tokenizer is built, not with the trainer
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer.from_str(text_corpus(corpus.source, corpus.vocab_size).tokenizer_json)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", model_max_length=2 * 1024
+    )
+
+
 class LossDropSaves:
     """Says when the smoothed training loss has fallen `drop` since the last save."""
 
@@ -85,9 +99,11 @@ class LossDropSaves:
 
 
 def _lr_factor(step: int, config: TrainConfig) -> float:
-    """Linear warmup, then cosine decay to 10% of the peak (step counts from 0)."""
+    """Linear warmup, then constant or cosine decay to 10% of the peak (step counts from 0)."""
     if step < config.warmup_steps:
         return (step + 1) / config.warmup_steps
+    if config.lr_schedule == "constant":
+        return 1.0
     progress = (step - config.warmup_steps) / max(config.steps - config.warmup_steps, 1)
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
@@ -108,6 +124,12 @@ def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None, keep
         if existing is None or existing.get("organism") != wanted:
             raise HeadtraceError(
                 f"'{out}' is not empty and holds no organism with these settings; pick another --out or delete it"
+            )
+        text = text_provenance(organism.corpus.source) if organism.corpus.source != "zipf" else None
+        if existing.get("corpus_text") != text:
+            raise HeadtraceError(
+                f"'{out}' holds this organism trained on another text (Python "
+                f"{(existing.get('corpus_text') or {}).get('python')}'s); pick another --out or delete it"
             )
         screened = [e["revision"] for e in existing.get("screened") or []]
         kept = existing.get("kept", []) == sorted(keep)
@@ -186,7 +208,7 @@ def _train(
     torch.manual_seed(config.seed)
     model = build_model(organism.recipe, corpus.vocab_size, context=2 * corpus.seq_len)
     model.train()
-    tokenizer = build_tokenizer(corpus.vocab_size)
+    tokenizer = corpus_tokenizer(corpus)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW(
@@ -198,6 +220,8 @@ def _train(
     saves = set(config.checkpoint_steps())
     loss_drop = LossDropSaves(config.checkpoint_loss_drop)
     meta = {"organism": organism.to_dict(), "complete": False, "revisions": REVISIONS_FILE, "kept": sorted(keep)}
+    if corpus.source != "zipf":
+        meta["corpus_text"] = text_provenance(corpus.source)
     if watch is not None:
         watch.prepare(model)  # a setting that does not fit fails now, not after minutes of training
         meta["screened"] = result.screened = watch.screened
