@@ -111,7 +111,7 @@ def preset(name: str = "tiny", arch: str = "dense", seed: int = 0, steps: int | 
             seed=seed,
         )
         train = TrainConfig(
-            steps=3500, batch_size=16, warmup_steps=100, weight_decay=0.1, lr_schedule="constant", seed=seed
+            steps=3500, batch_size=16, warmup_steps=100, weight_decay=0.25, lr_schedule="constant", seed=seed
         )
     if steps is not None:
         train = dataclasses.replace(train, steps=steps)
