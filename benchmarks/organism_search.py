@@ -7,8 +7,10 @@ matched-random heads, and print what each run shows against the demo's targets.
     python benchmarks/organism_search.py copying CANDIDATE /tmp/search/CANDIDATE-s0.pt
 
 `run` writes OUT/CANDIDATE-s{seed}-t{threads}.json (the per-revision trajectory and the final
-figures) and OUT/CANDIDATE-s{seed}.pt (the final weights); `table` prints one row per run found
-in OUT; `copying` shows where the saved weights copy (the probe's random background or the corpus's).
+figures), OUT/CANDIDATE-s{seed}.pt (the final weights) and, every 250 steps, the training state that
+`run --resume-from` goes on from (OUT/CANDIDATE-s{seed}-t{threads}.state.pt); `table` prints one
+row per run found in OUT; `copying` shows where the saved weights copy (the probe's random background
+or the corpus's).
 Candidates are defined in CANDIDATES below; each is a set of overrides of a base recipe, so the
 table records what each change did.
 """
@@ -747,6 +749,12 @@ CANDIDATES: dict[str, dict] = {
     "code-t128-wd05-long-spans10-6x6": {**CODE_T128_WD05, "steps": 8000},
     # idle heads: uniform random sequences for heads whose cue is absent (10% of sequences)
     "code-t128-noise10-spans10-6x6": {**CODE_T128, "noise_sequences": 0.10},
+    # fourteenth round: a milder weight decay (0.5 put a layer-1 head on BOS for a few screens), and
+    # weight decay 0.5 with two more middle layers (room for idle heads above layer 1)
+    "code-t128-wd025-spans10-6x6": {**CODE_T128, "weight_decay": 0.25},
+    # how far its sinks go with data (its first 3500 steps are the 3500-step run's)
+    "code-t128-wd025-long-spans10-6x6": {**CODE_T128, "weight_decay": 0.25, "steps": 8000},
+    "code-t128-wd05-spans10-8x6": {**CODE_T128_WD05, "n_layers": 8},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
@@ -1166,7 +1174,7 @@ def candidate_model(c: Candidate):
     return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
 
 
-def run(name: str, seed: int, threads: int, out: Path) -> dict:
+def run(name: str, seed: int, threads: int, out: Path, resume_from: Path | None = None) -> dict:
     import torch
 
     from headtrace.ablation import ablate
@@ -1205,7 +1213,15 @@ def run(name: str, seed: int, threads: int, out: Path) -> dict:
     trajectory, losses = [], []
     started = time.perf_counter()
     screen_s = 0.0
-    for step in range(1, c.steps + 1):
+    first = 1
+    state_file = out / f"{name}-s{seed}-t{threads}.state.pt"
+    if resume_from is not None:  # a constant rate and batches by (seed, step): the run goes on as if never stopped
+        state = torch.load(resume_from, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        trajectory, losses, first = state["trajectory"], state["losses"], state["step"] + 1
+    for step in range(first, c.steps + 1):
         ids = torch.from_numpy(corpus.batch(step - 1))
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
@@ -1237,6 +1253,10 @@ def run(name: str, seed: int, threads: int, out: Path) -> dict:
                 f"prev {row['previous']}",
                 flush=True,
             )
+            if step % 250 == 0:  # what `--resume-from` needs to go on from here
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+                state |= {"schedule": schedule.state_dict(), "step": step, "trajectory": trajectory, "losses": losses}
+                torch.save(state, state_file)
     train_s = time.perf_counter() - started
     torch.save(model.state_dict(), out / f"{name}-s{seed}.pt")
     final_heads = heads
@@ -1448,6 +1468,13 @@ def main() -> None:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--out", type=Path, default=Path("organism-search"))
+    r.add_argument(
+        "--resume-from",
+        type=Path,
+        default=None,
+        help="a run's OUT/CANDIDATE-sS-tT.state.pt (saved every 250 steps): go on from its step, e.g. with a "
+        "longer candidate of the same recipe",
+    )
     st = sub.add_parser("stats")
     st.add_argument("candidate", choices=sorted(CANDIDATES))
     cp = sub.add_parser("copying", help="top-1 of copies on probe variants, for a run's saved weights")
@@ -1458,7 +1485,7 @@ def main() -> None:
     t.add_argument("--markdown", type=Path, default=None)
     args = parser.parse_args()
     if args.command == "run":
-        run(args.candidate, args.seed, args.threads, args.out)
+        run(args.candidate, args.seed, args.threads, args.out, args.resume_from)
     elif args.command == "stats":
         print(args.candidate, statistics(args.candidate))
     elif args.command == "copying":
