@@ -53,15 +53,12 @@ def build_tokenizer(vocab_size: int):
     """A word-level tokenizer over the organism's ids: "<bos>", "<eos>", "<unk>", then "t3", "t4", ..."""
     # transformers: loaded when a tokenizer is built, not with the trainer
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
     vocab.update({f"t{i}": i for i in range(len(SPECIAL_TOKENS), vocab_size)})
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", model_max_length=2 * 1024
-    )
+    return _with_specials(core)
 
 
 def corpus_tokenizer(corpus: CorpusConfig):
@@ -69,10 +66,15 @@ def corpus_tokenizer(corpus: CorpusConfig):
     BPE trained on the text for a text corpus."""
     if corpus.source == "zipf":
         return build_tokenizer(corpus.vocab_size)
-    from tokenizers import Tokenizer  # transformers: loaded when a tokenizer is built, not with the trainer
+    from tokenizers import Tokenizer
+
+    return _with_specials(Tokenizer.from_str(text_corpus(corpus.source, corpus.vocab_size).tokenizer_json))
+
+
+def _with_specials(core):
+    """A `tokenizers` tokenizer as transformers saves and loads it, with the organism's special tokens."""
     from transformers import PreTrainedTokenizerFast
 
-    core = Tokenizer.from_str(text_corpus(corpus.source, corpus.vocab_size).tokenizer_json)
     return PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", model_max_length=2 * 1024
     )
