@@ -803,40 +803,22 @@ def candidate(name: str) -> Candidate:
 
 
 def text_documents(source: str) -> list[str]:
-    """The documents of a text corpus, in a fixed order."""
+    """The documents of a text corpus, in a fixed order: the reference manual's topics, or the
+    standard library's source as the code organism reads it."""
     if source == "topics":
         import pydoc_data.topics
 
         return [pydoc_data.topics.topics[k] for k in sorted(pydoc_data.topics.topics)]
-    if source != "stdlib":
-        raise ValueError(f"unknown text source {source!r}: topics or stdlib")
-    import sysconfig
+    from headtrace.organism.corpus import text_documents as organism_documents
 
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"test", "tests", "idle_test", "site-packages"}
-    files = sorted(f for f in root.rglob("*.py") if not skip & set(f.relative_to(root).parts[:-1]))
-    return [f.read_text(encoding="utf-8", errors="replace") for f in files]
+    return organism_documents(source)[1]
 
 
-def text_tokens(vocab_size: int, source: str = "topics") -> tuple[np.ndarray, object]:
-    """A text corpus BPE-tokenised, documents joined by EOS."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def text_tokens(vocab_size: int, source: str = "topics") -> np.ndarray:
+    """A text corpus BPE-tokenised, documents joined by EOS (the code organism's tokenizer)."""
+    from headtrace.organism.corpus import bpe_tokens
 
-    texts = text_documents(source)
-    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<bos>", "<eos>", "<unk>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(texts, trainer)
-    stream = []
-    for encoding in tokenizer.encode_batch(texts):
-        stream += encoding.ids + [EOS]
-    return np.array(stream, dtype=np.int64), tokenizer
+    return bpe_tokens(text_documents(source), vocab_size).stream
 
 
 class Grammar:
@@ -1040,9 +1022,8 @@ class WordGrammar:
 class Corpus:
     def __init__(self, c: Candidate, seed: int):
         self.c, self.seed = c, seed
-        self.tokenizer = None
         if c.corpus == "text":
-            self.stream, self.tokenizer = text_tokens(c.vocab_size, c.text_source)
+            self.stream = text_tokens(c.vocab_size, c.text_source)
         elif c.corpus == "grammar":
             self.grammar = Grammar(c)
         elif c.corpus == "classes":

@@ -21,6 +21,8 @@ from headtrace.organism.recipes import Recipe, recipe
 ORGANISM_FILE = "organism.json"
 REVISIONS_FILE = "revisions.json"  # a folder of checkpoints with this listing is a LocalSource (sources.py)
 LR_SCHEDULES: tuple[str, ...] = ("cosine", "constant")
+# fields added after organisms were first saved: left out of to_dict at these values (as corpus.py does)
+_LATER_FIELDS = {"lr_schedule": "cosine"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         fields = dataclasses.asdict(self)
-        return {k: v for k, v in fields.items() if k != "lr_schedule" or v != "cosine"}  # as saved before it existed
+        return {k: v for k, v in fields.items() if k not in _LATER_FIELDS or v != _LATER_FIELDS[k]}
 
 
 @dataclass(frozen=True)
