@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
+from headtrace.errors import HeadtraceError
 from headtrace.models import load_model, load_tokenizer
 from headtrace.organism import BOS_ID, CorpusConfig, Organism, TrainConfig, checkpoint_steps, recipe, train
 from headtrace.organism.corpus import batch, copy_spans, token_probabilities
@@ -120,6 +123,23 @@ def test_training_writes_loadable_checkpoints_and_listings(trained):
     assert not [p for p in trained.iterdir() if p.name.startswith(".")]
 
 
+def test_organism_json_records_the_arithmetic_and_another_thread_count_is_not_reused(trained, tmp_path):
+    threads = torch.get_num_threads()
+    meta = json.loads((trained / "organism.json").read_text())
+    assert meta["arithmetic"] == {"torch": torch.__version__, "threads": threads}
+    out = tmp_path / "copy"
+    shutil.copytree(trained, out)
+    torch.set_num_threads(threads + 1)
+    try:
+        refused = rf"trained with {threads} torch thread\(s\).*pass --threads {threads}"
+        with pytest.raises(HeadtraceError, match=refused):
+            train(out, tiny())
+    finally:
+        torch.set_num_threads(threads)
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in trained.iterdir())
+    assert train(out, tiny()).reused
+
+
 def test_same_seed_gives_bit_identical_checkpoints_and_another_seed_does_not(trained, tmp_path):
     again = train(tmp_path / "again", tiny())
     train(tmp_path / "other", tiny(seed=1))
@@ -129,7 +149,6 @@ def test_same_seed_gives_bit_identical_checkpoints_and_another_seed_does_not(tra
 
 
 def test_a_finished_organism_is_reused_and_a_foreign_directory_refused(trained, tmp_path):
-    from headtrace.errors import HeadtraceError
 
     before = weights(trained / "step000006")
     assert train(trained, tiny()).reused and weights(trained / "step000006") == before

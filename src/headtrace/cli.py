@@ -406,8 +406,8 @@ def _train_with_progress(organism, out: Path, label: str, threads: int = 1, watc
     """Train one organism with a progress bar; Ctrl-C keeps the finished checkpoints and says so.
     With `watch` (a headtrace.watch.Watcher), its checkpoint steps are screened as it trains.
 
-    A model this small trains fastest on one thread, most of all on a busy machine; other thread
-    counts round differently (a stand-in for another machine's kernels)."""
+    The tiny organism trains fastest on one thread, most of all on a busy machine, the code organism
+    on two; other thread counts round differently (a stand-in for another machine's kernels)."""
     import json
 
     import torch
@@ -478,7 +478,7 @@ def train_organism(
     arch: str = typer.Option("dense", help="dense (GPT-NeoX style), llama, or moe (OLMoE style)."),
     steps: Optional[int] = typer.Option(None, help="Training steps (default: the recipe's)."),
     seed: int = typer.Option(0, help="Seed of the initialisation and the data."),
-    threads: int = typer.Option(1, min=1, help="Torch threads for training (1 is fastest for models this small)."),
+    threads: int = typer.Option(1, min=1, help="Torch threads for training (tiny: 1 is fastest; code: 2)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory (default: organisms/ARCH)."),
 ) -> None:
     """Train a model organism from scratch on the CPU, saving log-spaced Hugging Face checkpoints."""

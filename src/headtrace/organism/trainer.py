@@ -110,6 +110,12 @@ def _lr_factor(step: int, config: TrainConfig) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
+def arithmetic() -> dict:
+    """What rounds the training: the same seed on another thread count or torch build gives other
+    weights (recorded in organism.json, checked before a folder is reused)."""
+    return {"torch": torch.__version__, "threads": torch.get_num_threads()}
+
+
 def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None, keep: Sequence[int] = ()) -> bool:
     """Make `out` ready; True when it already holds this very organism, complete (nothing to do).
 
@@ -132,6 +138,15 @@ def _prepare(out: Path, organism: Organism, watch: "Watcher | None" = None, keep
             raise HeadtraceError(
                 f"'{out}' holds this organism trained on another text (Python "
                 f"{(existing.get('corpus_text') or {}).get('python')}'s); pick another --out or delete it"
+            )
+        trained_with, now = existing.get("arithmetic"), arithmetic()
+        if trained_with is not None and trained_with != now:
+            same_torch = trained_with.get("torch") == now["torch"]
+            hint = f"pass --threads {trained_with.get('threads')} to reuse it" if same_torch else "delete it"
+            raise HeadtraceError(
+                f"'{out}' holds this organism trained with {trained_with.get('threads')} torch thread(s) on torch "
+                f"{trained_with.get('torch')} (now {now['threads']} on {now['torch']}), which rounds differently; "
+                f"{hint}, or pick another --out"
             )
         screened = [e["revision"] for e in existing.get("screened") or []]
         kept = existing.get("kept", []) == sorted(keep)
@@ -224,6 +239,7 @@ def _train(
     meta = {"organism": organism.to_dict(), "complete": False, "revisions": REVISIONS_FILE, "kept": sorted(keep)}
     if corpus.source != "zipf":
         meta["corpus_text"] = text_provenance(corpus.source)
+    meta["arithmetic"] = arithmetic()
     if watch is not None:
         watch.prepare(model)  # a setting that does not fit fails now, not after minutes of training
         meta["screened"] = result.screened = watch.screened
