@@ -755,6 +755,9 @@ CANDIDATES: dict[str, dict] = {
     # how far its sinks go with data (its first 3500 steps are the 3500-step run's)
     "code-t128-wd025-long-spans10-6x6": {**CODE_T128, "weight_decay": 0.25, "steps": 8000},
     "code-t128-wd05-spans10-8x6": {**CODE_T128_WD05, "n_layers": 8},
+    # fifteenth round: a smaller BPE (512 ids) spells more words in pieces, more local work for layers
+    # 0-1 (seed 1 of weight decay 0.25 parked 4 of layer 1's heads on BOS)
+    "code-t128-wd025-v512-spans10-6x6": {**CODE_T128, "weight_decay": 0.25, "vocab_size": 512},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
