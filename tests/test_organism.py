@@ -149,7 +149,6 @@ def test_same_seed_gives_bit_identical_checkpoints_and_another_seed_does_not(tra
 
 
 def test_a_finished_organism_is_reused_and_a_foreign_directory_refused(trained, tmp_path):
-
     before = weights(trained / "step000006")
     assert train(trained, tiny()).reused and weights(trained / "step000006") == before
     with pytest.raises(HeadtraceError, match="not empty"):
