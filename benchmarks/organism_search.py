@@ -758,6 +758,10 @@ CANDIDATES: dict[str, dict] = {
     # fifteenth round: a smaller BPE (512 ids) spells more words in pieces, more local work for layers
     # 0-1 (seed 1 of weight decay 0.25 parked 4 of layer 1's heads on BOS)
     "code-t128-wd025-v512-spans10-6x6": {**CODE_T128, "weight_decay": 0.25, "vocab_size": 512},
+    # sixteenth round: weight decay 0.25 with more middle layers, for idle heads above layer 1 (8 x 6 at
+    # 0.5 kept layers 0-1 free with 21% sinks)
+    "code-t128-wd025-spans10-8x6": {**CODE_T128, "weight_decay": 0.25, "n_layers": 8},
+    "code-t128-wd025-spans10-10x6": {**CODE_T128, "weight_decay": 0.25, "n_layers": 10},
     "stream80-rep5-lr1e2-6x6-rec4x3": {
         **CHAIN80_6X6,
         "first_token": "none",
