@@ -5,6 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PIP    := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints/ci.txt
+# pytest-xdist worker processes for the suite, one torch thread each (tests/conftest.py); each test
+# file runs in one worker, so that its module fixtures (trained organisms, screens) are built once.
+WORKERS ?= auto
 
 .PHONY: demo test test-fast lint venv clean
 
@@ -22,12 +25,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/ensure-chromium.sh
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
 # The edit-test loop: every test but those marked slow (each over ~30 s on 2 cores).
 test-fast: $(STAMP)
 	bash scripts/ensure-chromium.sh
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m "not slow"
 
 # The rules and the line length are in pyproject.toml ([tool.ruff]); ruff is pinned in the test extra.
 lint: $(STAMP)

