@@ -5,9 +5,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PIP    := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints/ci.txt
-# pytest-xdist worker processes for the suite, one torch thread each (tests/conftest.py); each test
-# file runs in one worker, so that its module fixtures (trained organisms, screens) are built once.
-WORKERS ?= auto
+# pytest-xdist worker processes for the suite, one per logical CPU, which share the cores' torch
+# threads (tests/conftest.py); each test file runs in one worker, so that its module fixtures (trained
+# organisms, screens) are built once.
+WORKERS ?= logical
 
 .PHONY: demo test test-fast lint venv clean
 

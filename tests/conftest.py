@@ -9,9 +9,11 @@ import torch
 
 from panel_helpers import fake_hub, point_hub_env
 
-if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`: one worker process per core
-    os.environ["OMP_NUM_THREADS"] = "1"  # and for the processes the tests start
-    torch.set_num_threads(1)
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+if WORKERS:  # `make test`: the cores are shared among the worker processes
+    threads = max(1, (os.cpu_count() or 1) // WORKERS)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # and among the processes the tests start
+    torch.set_num_threads(threads)
     # xdist sets COLUMNS=80 for its workers; rich would fix the CLI's width to it when headtrace.cli
     # is imported, and the tests that set their own COLUMNS would print at 80.
     os.environ.pop("COLUMNS", None)
