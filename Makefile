@@ -9,6 +9,7 @@ PIP    := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints/
 # threads (tests/conftest.py); each test file runs in one worker, so that its module fixtures (trained
 # organisms, screens) are built once.
 WORKERS ?= logical
+PYTEST  := $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
 .PHONY: demo test test-fast lint venv clean
 
@@ -26,12 +27,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/ensure-chromium.sh
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
+	$(PYTEST)
 
 # The edit-test loop: every test but those marked slow (each over ~30 s on 2 cores).
 test-fast: $(STAMP)
 	bash scripts/ensure-chromium.sh
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The rules and the line length are in pyproject.toml ([tool.ruff]); ruff is pinned in the test extra.
 lint: $(STAMP)
