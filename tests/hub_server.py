@@ -248,10 +248,16 @@ class _HubHandler(BaseHTTPRequestHandler):
         self._dispatch("DELETE")
 
     def _dispatch(self, method: str) -> None:
-        path = urlsplit(self.path).path
-        hub = self.server_state
-        status = self._route(method, path)
-        hub.log(method=method, path=unquote(path), range=self.headers.get("Range"), status=status)
+        self._logged = False
+        status = self._route(method, urlsplit(self.path).path)
+        self._log(status)  # a request answered without a response (a dropped connection)
+
+    def _log(self, status: int) -> None:
+        """Log the request once, before its response goes out: a client never sees an unlogged answer."""
+        if not self._logged:
+            self._logged = True
+            path = unquote(urlsplit(self.path).path)
+            self.server_state.log(method=self.command, path=path, range=self.headers.get("Range"), status=status)
 
     def _route(self, method: str, path: str) -> int:
         hub = self.server_state
@@ -384,6 +390,7 @@ class _HubHandler(BaseHTTPRequestHandler):
         content_length: int | None = None,
         throttle: Fault | None = None,
     ) -> int:
+        self._log(status)
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
