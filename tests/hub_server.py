@@ -248,16 +248,12 @@ class _HubHandler(BaseHTTPRequestHandler):
         self._dispatch("DELETE")
 
     def _dispatch(self, method: str) -> None:
-        self._logged = False
-        status = self._route(method, urlsplit(self.path).path)
-        self._log(status)  # a request answered without a response (a dropped connection)
+        self._route(method, urlsplit(self.path).path)
 
     def _log(self, status: int) -> None:
-        """Log the request once, before its response goes out: a client never sees an unlogged answer."""
-        if not self._logged:
-            self._logged = True
-            path = unquote(urlsplit(self.path).path)
-            self.server_state.log(method=self.command, path=path, range=self.headers.get("Range"), status=status)
+        """Log the request before its response goes out: a client never sees an unlogged answer."""
+        path = unquote(urlsplit(self.path).path)
+        self.server_state.log(method=self.command, path=path, range=self.headers.get("Range"), status=status)
 
     def _route(self, method: str, path: str) -> int:
         hub = self.server_state
